@@ -1,0 +1,158 @@
+//! Whether a distribution fits a shape and a rank count.
+
+use super::Region;
+use crate::spec::diag::{Diagnostic, KeyPath};
+use crate::spec::tensor::Distribution;
+
+/// Every reason `dist` (at `path`) cannot lay out `shape` over `ranks` ranks. With `ranks` unknown,
+/// only what does not depend on it is checked.
+pub fn check(dist: &Distribution, shape: &[u64], ranks: Option<u64>, path: &KeyPath) -> Vec<Diagnostic> {
+    let nd = shape.len();
+    let mut out = Vec::new();
+    let shape_text = format!("{shape:?}");
+    match dist {
+        Distribution::Replicated | Distribution::Partial => {}
+        Distribution::Root(r) => {
+            if let Some(p) = ranks.filter(|&p| u64::from(*r) >= p) {
+                out.push(
+                    Diagnostic::value(path.key("root"), format!("root rank {r} does not exist with {p} ranks"))
+                        .help(format!("use a rank from 0 to {}", p - 1)),
+                );
+            }
+        }
+        Distribution::Slab(axis) => {
+            if axis.index() >= nd {
+                out.push(
+                    Diagnostic::value(
+                        path.key("slab"),
+                        format!("slab axis {} does not exist in a tensor of {nd} axes (shape {shape_text})", axis.index()),
+                    )
+                    .help(format!("use an axis from 0 to {}", nd - 1)),
+                );
+            }
+        }
+        Distribution::Block(b) => {
+            check_grid(b.grid.as_deref(), nd, ranks, &path.key("block"), &mut out);
+        }
+        Distribution::BlockCyclic(c) => {
+            let here = path.key("block_cyclic");
+            check_grid(c.grid.as_deref(), nd, ranks, &here, &mut out);
+            if c.blocks.len() != nd {
+                out.push(
+                    Diagnostic::value(
+                        here.key("blocks"),
+                        format!("{} block sizes for a tensor of {nd} axes (shape {shape_text})", c.blocks.len()),
+                    )
+                    .help("give one block size per axis"),
+                );
+            }
+            if let Some(first) = &c.first {
+                if first.len() != nd {
+                    out.push(
+                        Diagnostic::value(here.key("first"), format!("{} entries for a tensor of {nd} axes", first.len()))
+                            .help("give one grid coordinate per axis"),
+                    );
+                }
+                let grid = match (&c.grid, ranks) {
+                    (Some(_), _) | (None, Some(_)) => {
+                        super::process_grid(&c.grid, ranks.unwrap_or(1), nd)
+                    }
+                    (None, None) => vec![],
+                };
+                for (i, (f, g)) in first.iter().zip(&grid).enumerate() {
+                    if f >= g {
+                        out.push(
+                            Diagnostic::value(here.key("first").index(i), format!("first process {f} is outside grid axis {i} of size {g}"))
+                                .help(format!("use 0 to {}", g - 1)),
+                        );
+                    }
+                }
+            }
+        }
+        Distribution::Boxes(boxes) => check_boxes(boxes, shape, ranks, &path.key("boxes"), &mut out),
+    }
+    out
+}
+
+fn check_grid(grid: Option<&[u32]>, nd: usize, ranks: Option<u64>, path: &KeyPath, out: &mut Vec<Diagnostic>) {
+    let Some(grid) = grid else {
+        return;
+    };
+    let here = path.key("grid");
+    if grid.len() != nd {
+        out.push(
+            Diagnostic::value(here.clone(), format!("a grid of {} axes for a tensor of {nd} axes", grid.len()))
+                .help("give one grid entry per tensor axis (1 for an axis that is not split)"),
+        );
+    }
+    let product: u64 = grid.iter().map(|&g| g as u64).product();
+    if let Some(p) = ranks.filter(|&p| p != product) {
+        let dims = grid.iter().map(u32::to_string).collect::<Vec<_>>().join("x");
+        out.push(
+            Diagnostic::value(here, format!("a {dims} grid holds {product} ranks, but the job has {p}"))
+                .help(format!("the product of the grid entries must equal {p}")),
+        );
+    }
+}
+
+fn check_boxes(boxes: &[[Vec<u64>; 2]], shape: &[u64], ranks: Option<u64>, path: &KeyPath, out: &mut Vec<Diagnostic>) {
+    let nd = shape.len();
+    if let Some(p) = ranks.filter(|&p| p != boxes.len() as u64) {
+        out.push(
+            Diagnostic::value(path.clone(), format!("{} boxes for {p} ranks", boxes.len()))
+                .help("give one [lower, upper) box per rank, in rank order"),
+        );
+    }
+    let mut regions = Vec::new();
+    for (i, [lo, hi]) in boxes.iter().enumerate() {
+        let here = path.index(i);
+        if lo.len() != nd || hi.len() != nd {
+            out.push(
+                Diagnostic::value(here, format!("box {i} has corners of {} and {} axes; the tensor has {nd}", lo.len(), hi.len()))
+                    .help("write each box as [[lower...], [upper...]] with one entry per axis"),
+            );
+            continue;
+        }
+        let bad = (0..nd).find(|&a| lo[a] > hi[a] || hi[a] > shape[a]);
+        if let Some(a) = bad {
+            out.push(
+                Diagnostic::value(
+                    here,
+                    format!("box {i} spans [{}, {}) on axis {a}, outside [0, {}) or reversed", lo[a], hi[a], shape[a]),
+                )
+                .help("each box needs lower <= upper <= the global shape on every axis"),
+            );
+            continue;
+        }
+        regions.push((i, Region { lower: lo.clone(), upper: hi.clone() }));
+    }
+    if regions.len() != boxes.len() {
+        return;
+    }
+    let mut overlapped = false;
+    for (x, (i, a)) in regions.iter().enumerate() {
+        for (j, b) in &regions[x + 1..] {
+            if let Some(common) = a.intersect(b) {
+                overlapped = true;
+                out.push(
+                    Diagnostic::value(
+                        path.index(*j),
+                        format!("box {j} overlaps box {i} on [{:?}, {:?})", common.lower, common.upper),
+                    )
+                    .help("boxes must cover the global shape exactly once"),
+                );
+            }
+        }
+    }
+    let total: u64 = shape.iter().product();
+    let covered: u64 = regions.iter().map(|(_, r)| r.volume()).sum();
+    if !overlapped && covered != total {
+        out.push(
+            Diagnostic::value(
+                path.clone(),
+                format!("the boxes cover {covered} of the {total} elements of shape {shape:?}"),
+            )
+            .help("boxes must cover the global shape exactly once"),
+        );
+    }
+}

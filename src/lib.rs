@@ -1,0 +1,9 @@
+//! distrun: distributed tensor work on many GPUs or CPUs from a declarative TOML spec.
+//!
+//! One spec flows one way: load (TOML with positions) -> validate (schema, then meaning) ->
+//! plan (every tensor and step resolved for N ranks).
+
+pub mod cli;
+pub mod dist;
+pub mod plan;
+pub mod spec;

@@ -1,0 +1,264 @@
+//! Choosing a distributed matmul algorithm from the operands' distributions: every algorithm that
+//! can run is priced by the bytes each rank sends, and `auto` takes the cheapest.
+
+use crate::spec::step::MatmulAlgorithm;
+use crate::spec::tensor::{Axis, Distribution};
+
+/// How an operand of `op(x)` (after its transpose) is split, in the product's terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Split {
+    /// Every rank holds all of it.
+    Whole,
+    /// Split along its rows (slab 0 of `op(x)`).
+    Rows,
+    /// Split along its columns (slab 1 of `op(x)`).
+    Cols,
+    /// Block or block-cyclic over a 2-D grid.
+    Grid,
+    /// Anything else (root, boxes).
+    Other,
+}
+
+fn split(dist: &Distribution, transposed: bool) -> Split {
+    let s = match dist {
+        Distribution::Replicated => Split::Whole,
+        Distribution::Slab(a) if a.index() == 0 => Split::Rows,
+        Distribution::Slab(_) => Split::Cols,
+        Distribution::Block(_) | Distribution::BlockCyclic(_) => Split::Grid,
+        _ => Split::Other,
+    };
+    match (s, transposed) {
+        (Split::Rows, true) => Split::Cols,
+        (Split::Cols, true) => Split::Rows,
+        (s, _) => s,
+    }
+}
+
+/// What the planner needs to know of one matmul.
+#[derive(Debug, Clone)]
+pub struct MatmulCase<'a> {
+    /// a's distribution.
+    pub a: &'a Distribution,
+    /// b's distribution.
+    pub b: &'a Distribution,
+    /// c's distribution, when there is a c.
+    pub c: Option<&'a Distribution>,
+    /// The declared distribution of the result, if any.
+    pub out: Option<&'a Distribution>,
+    /// transpose_a, transpose_b.
+    pub transpose: (bool, bool),
+    /// Bytes of a, b and the result.
+    pub bytes: (u64, u64, u64),
+    /// Rank count (None: unknown; priced as 2).
+    pub ranks: Option<u64>,
+}
+
+/// The algorithm chosen for a matmul, with what it moves.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MatmulChoice {
+    /// The algorithm.
+    pub algorithm: MatmulAlgorithm,
+    /// The result's distribution.
+    pub out: Distribution,
+    /// What runs, in a few words.
+    pub detail: String,
+    /// Bytes each rank sends (estimated for ring collectives); None when the rank count is unknown.
+    pub bytes_per_rank: Option<u64>,
+}
+
+struct Candidate {
+    algorithm: MatmulAlgorithm,
+    out: Distribution,
+    detail: Vec<String>,
+    cost: f64,
+}
+
+fn slab(axis: u8) -> Distribution {
+    Distribution::Slab(Axis::Index(axis))
+}
+
+/// Same distribution, whatever way the slab axis is written.
+pub fn same_dist(x: &Distribution, y: &Distribution) -> bool {
+    match (x, y) {
+        (Distribution::Slab(a), Distribution::Slab(b)) => a.index() == b.index(),
+        _ => x == y,
+    }
+}
+
+/// Every algorithm that can run this matmul, cheapest first.
+fn candidates(case: &MatmulCase<'_>) -> Vec<Candidate> {
+    let p = case.ranks.unwrap_or(2).max(1) as f64;
+    let f = (p - 1.0) / p;
+    let (size_a, size_b, size_out) = (case.bytes.0 as f64, case.bytes.1 as f64, case.bytes.2 as f64);
+    let sa = split(case.a, case.transpose.0);
+    let sb = split(case.b, case.transpose.1);
+    let mut out = Vec::new();
+    let mut add = |algorithm, dist: Distribution, detail: &[&str], cost: f64| {
+        out.push(Candidate {
+            algorithm,
+            out: dist,
+            detail: detail.iter().map(|s| s.to_string()).collect(),
+            cost,
+        })
+    };
+    use MatmulAlgorithm::*;
+    match (sa, sb) {
+        (Split::Rows, Split::Whole) => add(Local, slab(0), &["local GEMM"], 0.0),
+        (Split::Whole, Split::Cols) => add(Local, slab(1), &["local GEMM"], 0.0),
+        (Split::Whole, Split::Whole) => add(Local, Distribution::Replicated, &["local GEMM"], 0.0),
+        _ => {}
+    }
+    if sa == Split::Rows && matches!(sb, Split::Rows | Split::Cols) {
+        add(AgGemm, slab(0), &["all-gather b", "local GEMM"], f * size_b);
+    }
+    if sb == Split::Cols && matches!(sa, Split::Rows | Split::Cols) {
+        add(AgGemm, slab(1), &["all-gather a", "local GEMM"], f * size_a);
+    }
+    if sa == Split::Cols && sb == Split::Rows {
+        add(GemmRs, slab(0), &["local GEMM on a k-slice", "reduce-scatter"], f * size_out);
+        add(GemmAr, Distribution::Replicated, &["local GEMM on a k-slice", "all-reduce"], 2.0 * f * size_out);
+    }
+    if let Some(out_dist) = summa_out(case) {
+        let grid = match case.a {
+            Distribution::Block(b) => b.grid.clone(),
+            Distribution::BlockCyclic(c) => c.grid.clone(),
+            _ => None,
+        };
+        let (pr, pc) = match grid.as_deref() {
+            Some([r, c]) => (*r as f64, *c as f64),
+            _ => (p.sqrt(), p.sqrt()),
+        };
+        let cost = size_a / pr * (pc - 1.0) / pc + size_b / pc * (pr - 1.0) / pr;
+        add(Summa, out_dist, &["SUMMA: panels broadcast along grid rows and columns"], cost);
+    }
+    let mut moves = Vec::new();
+    let mut cost = 0.0;
+    if sa != Split::Rows {
+        moves.push("redistribute a to row slabs");
+        cost += f * size_a;
+    }
+    if sb != Split::Whole {
+        moves.push("replicate b");
+        cost += f * size_b;
+    }
+    moves.push("local GEMM");
+    add(Redistribute, slab(0), &moves, cost);
+
+    // A result or addend in another distribution than the algorithm's costs one more move.
+    for cand in &mut out {
+        if let Some(c) = case.c {
+            if !same_dist(c, &cand.out) {
+                cand.detail.insert(0, "redistribute c".into());
+                cand.cost += f * size_out;
+            }
+        }
+        if let Some(target) = case.out {
+            if !same_dist(target, &cand.out) {
+                cand.detail.push("redistribute the result".into());
+                cand.cost += f * size_out;
+                cand.out = target.clone();
+            }
+        }
+    }
+    // Cheapest first; among equals, fewer phases, then the order above.
+    out.sort_by(|x, y| {
+        x.cost
+            .total_cmp(&y.cost)
+            .then(x.detail.len().cmp(&y.detail.len()))
+    });
+    out
+}
+
+/// SUMMA runs when a, b (untransposed) and c share one 2-D grid and kind, with matching k blocks;
+/// the result takes the same grid.
+fn summa_out(case: &MatmulCase<'_>) -> Option<Distribution> {
+    if case.transpose != (false, false) {
+        return None;
+    }
+    match (case.a, case.b) {
+        (Distribution::Block(a), Distribution::Block(b))
+            if a.grid == b.grid && a.grid_layout == b.grid_layout && a.grid.as_ref().is_none_or(|g| g.len() == 2) =>
+        {
+            Some(case.a.clone())
+        }
+        (Distribution::BlockCyclic(a), Distribution::BlockCyclic(b))
+            if a.grid == b.grid
+                && a.grid_layout == b.grid_layout
+                && a.first == b.first
+                && a.blocks.len() == 2
+                && b.blocks.len() == 2
+                && a.blocks[1] == b.blocks[0] =>
+        {
+            let mut out = a.clone();
+            out.blocks = vec![a.blocks[0], b.blocks[1]];
+            Some(Distribution::BlockCyclic(out))
+        }
+        _ => None,
+    }
+}
+
+/// Chooses the algorithm: the requested one (its cheapest form) or, for `auto`, the cheapest.
+pub fn choose(case: &MatmulCase<'_>, requested: MatmulAlgorithm) -> Result<MatmulChoice, String> {
+    let all = candidates(case);
+    let pick = if requested == MatmulAlgorithm::Auto {
+        all.first()
+    } else {
+        all.iter().find(|c| c.algorithm == requested)
+    };
+    match pick {
+        Some(c) => Ok(MatmulChoice {
+            algorithm: c.algorithm,
+            out: c.out.clone(),
+            detail: c.detail.join(", then "),
+            bytes_per_rank: case.ranks.map(|_| c.cost.ceil() as u64),
+        }),
+        None => {
+            let mut possible: Vec<&str> = all.iter().map(|c| c.algorithm.name()).collect();
+            possible.dedup();
+            Err(format!(
+                "algorithm `{}` cannot run with these operand distributions; possible here: auto, {}",
+                requested.name(),
+                possible.join(", ")
+            ))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn case<'a>(a: &'a Distribution, b: &'a Distribution, out: Option<&'a Distribution>, t: (bool, bool)) -> MatmulCase<'a> {
+        MatmulCase { a, b, c: None, out, transpose: t, bytes: (1000, 1000, 1000), ranks: Some(4) }
+    }
+
+    #[test]
+    fn row_slab_times_replicated_is_local() {
+        let c = choose(&case(&slab(0), &Distribution::Replicated, None, (false, false)), MatmulAlgorithm::Auto).unwrap();
+        assert_eq!(c.algorithm, MatmulAlgorithm::Local);
+        assert_eq!(c.bytes_per_rank, Some(0));
+        assert!(same_dist(&c.out, &slab(0)));
+    }
+
+    #[test]
+    fn nvmath_example_gathers_an_operand() {
+        // a (k x m) slab 1 used transposed, b (k x n) slab 1, result slab 0: all-gather + GEMM.
+        let out = slab(0);
+        let c = choose(&case(&slab(1), &slab(1), Some(&out), (true, false)), MatmulAlgorithm::Auto).unwrap();
+        assert_eq!(c.algorithm, MatmulAlgorithm::AgGemm);
+    }
+
+    #[test]
+    fn k_split_operands_reduce_scatter() {
+        let c = choose(&case(&slab(1), &slab(0), None, (false, false)), MatmulAlgorithm::Auto).unwrap();
+        assert_eq!(c.algorithm, MatmulAlgorithm::GemmRs);
+        let forced = choose(&case(&slab(1), &slab(0), None, (false, false)), MatmulAlgorithm::GemmAr).unwrap();
+        assert_eq!(forced.out, Distribution::Replicated);
+    }
+
+    #[test]
+    fn impossible_forced_algorithm_is_refused() {
+        let err = choose(&case(&slab(0), &Distribution::Replicated, None, (false, false)), MatmulAlgorithm::Summa).unwrap_err();
+        assert!(err.contains("summa"), "{err}");
+    }
+}

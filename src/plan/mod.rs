@@ -1,0 +1,173 @@
+//! Planning: every tensor and step resolved for N ranks (local shapes, bytes, symmetric heap,
+//! algorithm choices), with no device, no MPI and nothing written.
+
+pub mod heap;
+pub mod matmul;
+mod report;
+pub mod resolve;
+
+pub use resolve::{Resolved, TensorState, resolve};
+
+use crate::dist::Placement;
+use crate::spec::Loaded;
+use crate::spec::diag::Diagnostic;
+use indexmap::IndexMap;
+
+/// One tensor, resolved for N ranks.
+#[derive(Debug, Clone)]
+pub struct TensorPlan {
+    /// As created (in-place steps may change its distribution later: see `states`).
+    pub state: TensorState,
+    /// Every state it takes, in order.
+    pub states: Vec<TensorState>,
+    /// Local shape per rank as created; None for a rank that holds nothing.
+    pub local_shapes: Vec<Option<Vec<u64>>>,
+    /// Bytes reserved on each rank: the largest local piece over its states.
+    pub bytes_per_rank: Vec<u64>,
+    /// Offset and bytes on the symmetric heap, for symmetric tensors.
+    pub symmetric: Option<(u64, u64)>,
+    /// Exists from the start (has an init).
+    pub from_start: bool,
+    /// Live from this position (step i's position is i)...
+    pub first: usize,
+    /// ...to this one (the step count means the end of the run).
+    pub last: usize,
+}
+
+/// One step, resolved.
+#[derive(Debug, Clone)]
+pub struct StepPlan {
+    /// The op.
+    pub op: &'static str,
+    /// Its name.
+    pub name: String,
+    /// Tensors read.
+    pub inputs: Vec<String>,
+    /// Tensors written.
+    pub outputs: Vec<String>,
+    /// The matmul algorithm, where one was chosen.
+    pub algorithm: Option<&'static str>,
+    /// What the algorithm does.
+    pub detail: Option<String>,
+    /// Bytes each rank sends.
+    pub bytes_sent_per_rank: Option<u64>,
+}
+
+/// A spec resolved for a rank count.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The rank count.
+    pub ranks: u64,
+    /// Every tensor.
+    pub tensors: IndexMap<String, TensorPlan>,
+    /// Every step.
+    pub steps: Vec<StepPlan>,
+    /// Bytes of the symmetric heap on every rank.
+    pub symmetric_heap_bytes: u64,
+    /// The most bytes a rank holds at once, heap included.
+    pub peak_bytes_per_rank: u64,
+}
+
+/// Resolves a loaded spec for `ranks` ranks.
+pub fn plan(loaded: &Loaded, ranks: u64) -> Result<Plan, Vec<Diagnostic>> {
+    let resolved = resolve(loaded, Some(ranks))?;
+    let n_steps = loaded.spec.steps.len();
+    let written: Vec<&String> = loaded.spec.output.tensors.iter().collect();
+    let mut tensors = IndexMap::new();
+    for (name, info) in &resolved.tensors {
+        let Some(first_state) = info.states.first() else {
+            continue;
+        };
+        let mut bytes_per_rank = vec![0u64; ranks as usize];
+        for s in &info.states {
+            let placement = Placement::new(&s.dist, &s.shape, ranks);
+            for (r, b) in bytes_per_rank.iter_mut().enumerate() {
+                let local = placement.local_shape(r as u64);
+                let bytes = local.map_or(0, |l| resolve::byte_size(&l, s.dtype).unwrap_or(u64::MAX));
+                *b = (*b).max(bytes);
+            }
+        }
+        let placement = Placement::new(&first_state.dist, &first_state.shape, ranks);
+        let first = if info.init { 0 } else { info.producer.unwrap_or(0) };
+        let last_use = info.used_by.iter().copied().max().unwrap_or(first).max(first);
+        let last = if written.contains(&name) { n_steps } else { last_use };
+        tensors.insert(
+            name.clone(),
+            TensorPlan {
+                state: first_state.clone(),
+                states: info.states.clone(),
+                local_shapes: (0..ranks).map(|r| placement.local_shape(r)).collect(),
+                bytes_per_rank,
+                symmetric: info.symmetric.then_some((0, 0)),
+                from_start: info.init,
+                first,
+                last,
+            },
+        );
+    }
+    let symmetric_heap_bytes = place_symmetric(&mut tensors);
+    let peak_bytes_per_rank = peak(&tensors, n_steps, ranks) + symmetric_heap_bytes;
+    let steps = resolved
+        .steps
+        .into_iter()
+        .map(|s| StepPlan {
+            op: s.op,
+            name: s.name,
+            inputs: s.inputs,
+            outputs: s.outputs,
+            algorithm: s.matmul.as_ref().map(|m| m.algorithm.name()),
+            detail: s.matmul.as_ref().map(|m| m.detail.clone()),
+            bytes_sent_per_rank: s.matmul.as_ref().and_then(|m| m.bytes_per_rank),
+        })
+        .collect();
+    Ok(Plan {
+        ranks,
+        tensors,
+        steps,
+        symmetric_heap_bytes,
+        peak_bytes_per_rank,
+    })
+}
+
+fn place_symmetric(tensors: &mut IndexMap<String, TensorPlan>) -> u64 {
+    let names: Vec<String> = tensors
+        .iter()
+        .filter(|(_, t)| t.symmetric.is_some())
+        .map(|(n, _)| n.clone())
+        .collect();
+    let requests: Vec<heap::Request> = names
+        .iter()
+        .map(|n| {
+            let t = &tensors[n];
+            heap::Request {
+                bytes: t.bytes_per_rank.iter().copied().max().unwrap_or(0),
+                first: t.first,
+                last: t.last,
+            }
+        })
+        .collect();
+    let (offsets, size) = heap::place(&requests);
+    for ((name, offset), req) in names.iter().zip(offsets).zip(&requests) {
+        tensors[name].symmetric = Some((offset, req.bytes));
+    }
+    size
+}
+
+/// The most bytes of non-symmetric tensors any rank holds at one position.
+fn peak(tensors: &IndexMap<String, TensorPlan>, n_steps: usize, ranks: u64) -> u64 {
+    (0..=n_steps)
+        .map(|pos| {
+            (0..ranks as usize)
+                .map(|r| {
+                    tensors
+                        .values()
+                        .filter(|t| t.symmetric.is_none() && t.first <= pos && pos <= t.last)
+                        .map(|t| t.bytes_per_rank[r])
+                        .sum::<u64>()
+                })
+                .max()
+                .unwrap_or(0)
+        })
+        .max()
+        .unwrap_or(0)
+}

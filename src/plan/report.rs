@@ -1,0 +1,226 @@
+//! How a plan prints: the contract's JSON, and a table for people.
+
+use super::{Plan, TensorPlan};
+use crate::dist::process_grid;
+use crate::spec::tensor::{Axis, Distribution};
+use serde_json::{Value, json};
+
+/// The distribution with what the plan derived filled in: slab axes as indices, process grids
+/// and first-process offsets resolved for the rank count.
+pub fn resolved_dist(dist: &Distribution, ndim: usize, ranks: u64) -> Distribution {
+    match dist {
+        Distribution::Slab(a) => Distribution::Slab(Axis::Index(a.index() as u8)),
+        Distribution::Block(b) => {
+            let mut b = b.clone();
+            b.grid = Some(process_grid(&b.grid, ranks, ndim));
+            Distribution::Block(b)
+        }
+        Distribution::BlockCyclic(c) => {
+            let mut c = c.clone();
+            c.grid = Some(process_grid(&c.grid, ranks, ndim));
+            c.first = Some(c.first.unwrap_or_else(|| vec![0; ndim]));
+            Distribution::BlockCyclic(c)
+        }
+        other => other.clone(),
+    }
+}
+
+fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+fn dist_text(d: &Distribution) -> String {
+    match d {
+        Distribution::Replicated => "replicated".into(),
+        Distribution::Partial => "partial".into(),
+        Distribution::Root(r) => format!("root {r}"),
+        Distribution::Slab(a) => format!("slab {}", a.index()),
+        Distribution::Block(b) => format!("block {}", grid_text(&b.grid)),
+        Distribution::BlockCyclic(c) => format!(
+            "block_cyclic {} blocks {}",
+            grid_text(&c.grid),
+            c.blocks.iter().map(u64::to_string).collect::<Vec<_>>().join("x")
+        ),
+        Distribution::Boxes(b) => format!("{} boxes", b.len()),
+    }
+}
+
+fn grid_text(g: &Option<Vec<u32>>) -> String {
+    g.as_ref().map_or("?".into(), |g| {
+        g.iter().map(u32::to_string).collect::<Vec<_>>().join("x")
+    })
+}
+
+fn shape_text(s: &[u64]) -> String {
+    format!("[{}]", s.iter().map(u64::to_string).collect::<Vec<_>>().join(", "))
+}
+
+fn position_text(pos: usize, n_steps: usize, start: bool) -> String {
+    if start && pos == 0 {
+        "start".into()
+    } else if pos >= n_steps {
+        "end".into()
+    } else {
+        pos.to_string()
+    }
+}
+
+fn local_range(t: &TensorPlan) -> String {
+    let held: Vec<&Vec<u64>> = t.local_shapes.iter().flatten().collect();
+    let none = t.local_shapes.len() - held.len();
+    let count = |s: &&&Vec<u64>| s.iter().product::<u64>();
+    let (Some(lo), Some(hi)) = (held.iter().min_by_key(count), held.iter().max_by_key(count)) else {
+        return "none".into();
+    };
+    let mut text = if lo == hi {
+        shape_text(lo)
+    } else {
+        format!("{} .. {}", shape_text(lo), shape_text(hi))
+    };
+    if none > 0 {
+        text.push_str(&format!(" ({none} ranks none)"));
+    }
+    text
+}
+
+impl Plan {
+    /// The contract's `plan --json` document.
+    pub fn to_json(&self) -> Value {
+        let tensors: serde_json::Map<String, Value> = self
+            .tensors
+            .iter()
+            .map(|(name, t)| {
+                let s = &t.state;
+                let v = json!({
+                    "shape": s.shape,
+                    "dtype": s.dtype,
+                    "layout": s.layout,
+                    "distribution": resolved_dist(&s.dist, s.shape.len(), self.ranks),
+                    "local_shapes": t.local_shapes.iter().map(|l| l.clone().unwrap_or_default()).collect::<Vec<_>>(),
+                    "symmetric": t.symmetric.map(|(offset, bytes)| json!({"offset": offset, "bytes": bytes})),
+                    "bytes_per_rank": t.bytes_per_rank.iter().copied().max().unwrap_or(0),
+                    "live": [t.first, t.last],
+                    "final_distribution": (t.states.len() > 1).then(|| {
+                        let last = t.states.last().expect("nonempty");
+                        resolved_dist(&last.dist, last.shape.len(), self.ranks)
+                    }),
+                });
+                (name.clone(), v)
+            })
+            .collect();
+        let steps: Vec<Value> = self
+            .steps
+            .iter()
+            .map(|s| {
+                let mut v = json!({
+                    "op": s.op,
+                    "name": s.name,
+                    "inputs": s.inputs,
+                    "outputs": s.outputs,
+                });
+                if let Some(a) = s.algorithm {
+                    v["algorithm"] = json!(a);
+                    v["detail"] = json!(s.detail);
+                    v["bytes_sent_per_rank"] = json!(s.bytes_sent_per_rank);
+                }
+                v
+            })
+            .collect();
+        json!({
+            "ranks": self.ranks,
+            "tensors": tensors,
+            "steps": steps,
+            "symmetric_heap_bytes": self.symmetric_heap_bytes,
+            "peak_bytes_per_rank": self.peak_bytes_per_rank,
+        })
+    }
+
+    /// A readable table: tensors, steps, then memory per rank.
+    pub fn to_table(&self, title: &str) -> String {
+        let n_steps = self.steps.len();
+        let mut rows = vec![[
+            "tensor", "shape", "dtype", "layout", "distribution", "local shape", "bytes/rank",
+            "heap offset", "live",
+        ]
+        .map(String::from)
+        .to_vec()];
+        for (name, t) in &self.tensors {
+            let s = &t.state;
+            let mut dist = dist_text(&resolved_dist(&s.dist, s.shape.len(), self.ranks));
+            if let Some(last) = t.states.last().filter(|_| t.states.len() > 1) {
+                dist.push_str(&format!(" -> {}", dist_text(&last.dist)));
+            }
+            rows.push(vec![
+                name.clone(),
+                shape_text(&s.shape),
+                s.dtype.to_string(),
+                s.layout.to_string(),
+                dist,
+                local_range(t),
+                human_bytes(t.bytes_per_rank.iter().copied().max().unwrap_or(0)),
+                t.symmetric.map_or("-".into(), |(o, _)| o.to_string()),
+                format!(
+                    "{}-{}",
+                    position_text(t.first, n_steps, t.from_start),
+                    position_text(t.last, n_steps, false)
+                ),
+            ]);
+        }
+        let mut out = format!("{title} on {} rank{}\n\n", self.ranks, if self.ranks == 1 { "" } else { "s" });
+        out.push_str(&table(&rows));
+        if !self.steps.is_empty() {
+            let mut rows = vec![["step", "op", "name", "inputs", "outputs", "algorithm", "sends/rank", "detail"]
+                .map(String::from)
+                .to_vec()];
+            for (i, s) in self.steps.iter().enumerate() {
+                rows.push(vec![
+                    i.to_string(),
+                    s.op.to_string(),
+                    s.name.clone(),
+                    s.inputs.join(", "),
+                    s.outputs.join(", "),
+                    s.algorithm.unwrap_or("-").to_string(),
+                    s.bytes_sent_per_rank.map_or("-".into(), human_bytes),
+                    s.detail.clone().unwrap_or_default(),
+                ]);
+            }
+            out.push('\n');
+            out.push_str(&table(&rows));
+        }
+        out.push_str(&format!(
+            "\nsymmetric heap: {} per rank ({} bytes)\npeak memory:    {} per rank (heap included)\n",
+            human_bytes(self.symmetric_heap_bytes),
+            self.symmetric_heap_bytes,
+            human_bytes(self.peak_bytes_per_rank)
+        ));
+        out
+    }
+}
+
+fn table(rows: &[Vec<String>]) -> String {
+    let cols = rows[0].len();
+    let widths: Vec<usize> = (0..cols)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    rows.iter()
+        .map(|r| {
+            let line: Vec<String> = r
+                .iter()
+                .zip(&widths)
+                .map(|(cell, w)| format!("{cell:<w$}"))
+                .collect();
+            line.join("  ").trim_end().to_string() + "\n"
+        })
+        .collect()
+}

@@ -1,0 +1,112 @@
+//! The spec: its model (serde + schemars), loading with positions, schema and meaning checks.
+
+pub mod diag;
+pub mod load;
+pub mod model;
+pub mod npy;
+pub mod schema;
+pub mod step;
+pub mod tensor;
+
+pub use model::Spec;
+
+use diag::{Diagnostic, Source};
+use load::SpanIndex;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// A spec that parsed and passed the schema, with what is needed to point at its text.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    /// The typed spec, defaults filled in.
+    pub spec: Spec,
+    /// The text and its name.
+    pub source: Source,
+    /// Byte spans by key path.
+    pub spans: SpanIndex,
+    /// The directory relative paths in the spec (npy files) are resolved against.
+    pub dir: PathBuf,
+}
+
+impl Loaded {
+    /// Renders diagnostics against this spec's text.
+    pub fn invalid(&self, diags: &[Diagnostic]) -> InvalidSpec {
+        InvalidSpec::render(&self.source, &self.spans, diags)
+    }
+}
+
+/// A spec with errors: the report to print (every error, rendered) and how many there are.
+#[derive(Debug, Clone)]
+pub struct InvalidSpec {
+    /// The rendered diagnostics.
+    pub report: String,
+    /// How many errors.
+    pub count: usize,
+}
+
+impl InvalidSpec {
+    /// Renders diagnostics in path order with positions from `spans`.
+    pub fn render(source: &Source, spans: &SpanIndex, diags: &[Diagnostic]) -> Self {
+        let mut located: Vec<(std::ops::Range<usize>, &Diagnostic)> =
+            diags.iter().map(|d| (spans.locate(d), d)).collect();
+        located.sort_by_key(|(span, _)| span.start);
+        let mut report: String = located
+            .iter()
+            .map(|(span, d)| source.render(d, span.clone()))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let n = diags.len();
+        report.push_str(&format!(
+            "\n{}: {n} error{}; nothing was run\n",
+            source.name,
+            if n == 1 { "" } else { "s" }
+        ));
+        InvalidSpec { report, count: n }
+    }
+}
+
+impl fmt::Display for InvalidSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.report.trim_end())
+    }
+}
+
+impl std::error::Error for InvalidSpec {}
+
+/// Reads a spec file and runs the first two passes: TOML syntax, then the schema.
+pub fn load_file(path: &Path) -> Result<Loaded, InvalidSpec> {
+    let name = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| InvalidSpec {
+        report: format!("{name}: cannot read the spec: {e}\n"),
+        count: 1,
+    })?;
+    let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    load_str(&name, &text, dir)
+}
+
+/// Runs the syntax and schema passes over a spec's text.
+pub fn load_str(name: &str, text: &str, dir: PathBuf) -> Result<Loaded, InvalidSpec> {
+    let source = Source::new(name, text);
+    let (value, spans) = match load::parse(text) {
+        Ok(parsed) => parsed,
+        Err(diags) => return Err(InvalidSpec::render(&source, &SpanIndex::default(), &diags)),
+    };
+    let diags = schema::check(&value);
+    if !diags.is_empty() {
+        return Err(InvalidSpec::render(&source, &spans, &diags));
+    }
+    let spec: Spec = match serde_path_to_error::deserialize(&value) {
+        Ok(spec) => spec,
+        Err(e) => {
+            let path = diag::KeyPath::parse(&e.path().to_string());
+            let d = Diagnostic::value(path, e.inner().to_string());
+            return Err(InvalidSpec::render(&source, &spans, &[d]));
+        }
+    };
+    Ok(Loaded {
+        spec,
+        source,
+        spans,
+        dir,
+    })
+}

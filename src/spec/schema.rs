@@ -1,0 +1,353 @@
+//! The JSON schema generated from the spec's types (draft-07, which editors read), and the
+//! schema pass of validation: every violation as a diagnostic with the valid choices.
+
+use super::Spec;
+use super::diag::{Diagnostic, KeyPath};
+use super::load::pointer_to_path;
+use jsonschema::error::{ValidationError, ValidationErrorKind};
+use schemars::generate::SchemaSettings;
+use serde_json::Value;
+use std::sync::OnceLock;
+
+/// The schema as pretty JSON with a trailing newline: what `schemas/distrun.schema.json` holds.
+pub fn schema_json() -> String {
+    let mut text = serde_json::to_string_pretty(schema_value()).expect("a schema serializes");
+    text.push('\n');
+    text
+}
+
+/// The schema as a JSON value, generated once.
+pub fn schema_value() -> &'static Value {
+    static SCHEMA: OnceLock<Value> = OnceLock::new();
+    SCHEMA.get_or_init(|| {
+        let generator = SchemaSettings::draft07().into_generator();
+        generator.into_root_schema_for::<Spec>().to_value()
+    })
+}
+
+fn validator() -> &'static jsonschema::Validator {
+    static VALIDATOR: OnceLock<jsonschema::Validator> = OnceLock::new();
+    VALIDATOR.get_or_init(|| {
+        jsonschema::draft7::new(schema_value()).expect("the generated schema compiles")
+    })
+}
+
+/// Checks a document against the schema; every violation, in document order.
+pub fn check(doc: &Value) -> Vec<Diagnostic> {
+    let mut out = Vec::new();
+    for err in validator().iter_errors(doc) {
+        explain(&err, doc, &mut out);
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    out.dedup();
+    out
+}
+
+/// What the entry at a path is called in messages: its key, or the key of its array.
+fn what(path: &KeyPath) -> String {
+    use super::diag::Seg;
+    match path.0.iter().rev().find_map(|s| match s {
+        Seg::Key(k) => Some(k.clone()),
+        Seg::Index(_) => None,
+    }) {
+        Some(k) if path.0.len() >= 2 && path.0[0] == Seg::Key("tensors".into()) && path.0.len() == 2 => {
+            format!("tensor `{k}`")
+        }
+        Some(k) => format!("`{k}`"),
+        None => "the spec".to_string(),
+    }
+}
+
+/// A TOML-flavoured name of a JSON value's type, with the value for scalars.
+fn describe(v: &Value) -> String {
+    match v {
+        Value::Null => "nothing".into(),
+        Value::Bool(b) => format!("a boolean ({b})"),
+        Value::Number(n) if n.is_f64() => format!("a float ({n})"),
+        Value::Number(n) => format!("an integer ({n})"),
+        Value::String(s) => format!("a string (\"{s}\")"),
+        Value::Array(_) => "an array".into(),
+        Value::Object(_) => "a table".into(),
+    }
+}
+
+fn type_name(t: &str) -> &str {
+    match t {
+        "object" => "a table",
+        "array" => "an array",
+        "string" => "a string",
+        "integer" => "an integer",
+        "number" => "a number",
+        "boolean" => "a boolean",
+        other => other,
+    }
+}
+
+fn schema_at(pointer: &str) -> Option<&'static Value> {
+    schema_value().pointer(pointer)
+}
+
+fn parent_pointer(pointer: &str) -> &str {
+    pointer.rsplit_once('/').map(|(p, _)| p).unwrap_or("")
+}
+
+fn explain(err: &ValidationError<'_>, doc: &Value, out: &mut Vec<Diagnostic>) {
+    let at = err.instance_path().as_str();
+    let path = pointer_to_path(doc, at);
+    let instance = err.instance().as_ref();
+    let schema_path = err.schema_path().as_str();
+    match err.kind() {
+        ValidationErrorKind::AdditionalProperties { unexpected } => {
+            let allowed: Vec<String> = schema_at(parent_pointer(schema_path))
+                .and_then(|s| s.get("properties"))
+                .and_then(Value::as_object)
+                .map(|p| p.keys().cloned().collect())
+                .unwrap_or_default();
+            for key in unexpected {
+                out.push(
+                    Diagnostic::key(
+                        path.key(key),
+                        format!("unknown key `{key}` in {}", what(&path)),
+                    )
+                    .choices(key, &allowed),
+                );
+            }
+        }
+        ValidationErrorKind::Required { property } => {
+            let key = property.as_str().unwrap_or_default();
+            out.push(Diagnostic::value(
+                path.clone(),
+                format!("missing key `{key}` in {}", what(&path)),
+            ));
+        }
+        ValidationErrorKind::Type { .. } => {
+            let expected = match schema_at(schema_path) {
+                Some(Value::String(t)) => type_name(t).to_string(),
+                Some(Value::Array(ts)) => ts
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .filter(|t| *t != "null")
+                    .map(type_name)
+                    .collect::<Vec<_>>()
+                    .join(" or "),
+                _ => "another type".into(),
+            };
+            out.push(Diagnostic::value(
+                path.clone(),
+                format!(
+                    "{} must be {expected}, not {}",
+                    what(&path),
+                    describe(instance)
+                ),
+            ));
+        }
+        ValidationErrorKind::Enum { options } => {
+            let choices = strings(options.as_array().map(Vec::as_slice).unwrap_or(&[]));
+            out.push(bad_choice(&path, instance, &choices));
+        }
+        ValidationErrorKind::Constant { expected_value } => {
+            out.push(Diagnostic::value(
+                path.clone(),
+                format!("{} must be {expected_value}", what(&path)),
+            ));
+        }
+        ValidationErrorKind::Minimum { limit } | ValidationErrorKind::ExclusiveMinimum { limit } => {
+            out.push(Diagnostic::value(
+                path.clone(),
+                format!("{} is {instance}, below the minimum {limit}", what(&path)),
+            ));
+        }
+        ValidationErrorKind::Maximum { limit } | ValidationErrorKind::ExclusiveMaximum { limit } => {
+            out.push(Diagnostic::value(
+                path.clone(),
+                format!("{} is {instance}, above the maximum {limit}", what(&path)),
+            ));
+        }
+        ValidationErrorKind::MinItems { limit } => out.push(Diagnostic::value(
+            path.clone(),
+            format!(
+                "{} needs at least {limit} item{}, found {}",
+                what(&path),
+                if *limit == 1 { "" } else { "s" },
+                instance.as_array().map_or(0, Vec::len)
+            ),
+        )),
+        ValidationErrorKind::MaxItems { limit } => out.push(Diagnostic::value(
+            path.clone(),
+            format!(
+                "{} takes at most {limit} items, found {}",
+                what(&path),
+                instance.as_array().map_or(0, Vec::len)
+            ),
+        )),
+        ValidationErrorKind::Pattern { pattern } => out.push(Diagnostic::value(
+            path.clone(),
+            format!("{} is {instance}, which does not match {pattern}", what(&path)),
+        )),
+        ValidationErrorKind::MinLength { limit } => out.push(Diagnostic::value(
+            path.clone(),
+            format!("{} needs at least {limit} characters", what(&path)),
+        )),
+        ValidationErrorKind::MaxLength { limit } => out.push(Diagnostic::value(
+            path.clone(),
+            format!("{} takes at most {limit} characters", what(&path)),
+        )),
+        ValidationErrorKind::UniqueItems => out.push(Diagnostic::value(
+            path.clone(),
+            format!("{} lists an item twice", what(&path)),
+        )),
+        ValidationErrorKind::OneOfNotValid { context } | ValidationErrorKind::AnyOf { context } => {
+            explain_alternatives(context, at, &path, instance, doc, out)
+        }
+        _ => out.push(Diagnostic::value(path.clone(), err.to_string())),
+    }
+}
+
+fn strings(values: &[Value]) -> Vec<String> {
+    values
+        .iter()
+        .map(|v| match v {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        })
+        .collect()
+}
+
+fn bad_choice(path: &KeyPath, instance: &Value, choices: &[String]) -> Diagnostic {
+    let got = match instance {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let d = Diagnostic::value(
+        path.clone(),
+        format!("`{got}` is not a valid {}", what(path)),
+    );
+    d.choices(&got, choices)
+}
+
+/// A oneOf/anyOf failed. Pick the alternative the value means (by its `op`, its single key, or its
+/// type) and report that alternative's errors; when none fits, list the alternatives.
+fn explain_alternatives(
+    context: &[Vec<ValidationError<'static>>],
+    at: &str,
+    path: &KeyPath,
+    instance: &Value,
+    doc: &Value,
+    out: &mut Vec<Diagnostic>,
+) {
+    let op_at = format!("{at}/op");
+    let tagged = context.iter().flatten().any(|e| {
+        e.instance_path().as_str() == op_at && matches!(e.kind(), ValidationErrorKind::Constant { .. })
+    });
+    let rejects = |e: &ValidationError<'_>| {
+        let here = e.instance_path().as_str();
+        if tagged {
+            (here == op_at && matches!(e.kind(), ValidationErrorKind::Constant { .. }))
+                || (here == at && matches!(e.kind(), ValidationErrorKind::Type { .. }))
+                || (here == at
+                    && matches!(e.kind(), ValidationErrorKind::Required { property } if property == "op"))
+        } else {
+            here == at
+                && matches!(
+                    e.kind(),
+                    ValidationErrorKind::Type { .. }
+                        | ValidationErrorKind::Constant { .. }
+                        | ValidationErrorKind::Enum { .. }
+                        | ValidationErrorKind::Required { .. }
+                )
+        }
+    };
+    let chosen = context
+        .iter()
+        .filter(|branch| !branch.iter().any(rejects))
+        .min_by_key(|branch| branch.len());
+    if let Some(branch) = chosen {
+        for e in branch {
+            explain(e, doc, out);
+        }
+        return;
+    }
+    // No alternative fits: list them.
+    let mut names: Vec<String> = Vec::new();
+    let mut kinds: Vec<String> = Vec::new();
+    for e in context.iter().flatten() {
+        let here = e.instance_path().as_str();
+        match e.kind() {
+            ValidationErrorKind::Constant { expected_value } if tagged && here == op_at => {
+                names.extend(strings(std::slice::from_ref(expected_value)))
+            }
+            ValidationErrorKind::Constant { expected_value } if here == at => {
+                names.extend(strings(std::slice::from_ref(expected_value)))
+            }
+            ValidationErrorKind::Enum { options } if here == at => {
+                names.extend(strings(options.as_array().map(Vec::as_slice).unwrap_or(&[])))
+            }
+            ValidationErrorKind::Required { property } if !tagged && here == at => {
+                names.extend(strings(std::slice::from_ref(property)))
+            }
+            ValidationErrorKind::Type { .. } if here == at => {
+                if let Some(t) = schema_at(e.schema_path().as_str()).and_then(Value::as_str) {
+                    if t != "string" && t != "object" && t != "null" {
+                        kinds.push(type_name(t).to_string());
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    names.dedup();
+    let mut seen = std::collections::HashSet::new();
+    names.retain(|n| seen.insert(n.clone()));
+    if tagged {
+        match instance.get("op") {
+            Some(Value::String(op)) => out.push(
+                Diagnostic::value(path.key("op"), format!("unknown op `{op}`")).choices(op, &names),
+            ),
+            Some(other) => out.push(
+                Diagnostic::value(
+                    path.key("op"),
+                    format!("`op` must be a string, not {}", describe(other)),
+                )
+                .choices("", &names),
+            ),
+            None => out.push(
+                Diagnostic::value(path.clone(), format!("missing key `op` in {}", what(path)))
+                    .choices("", &names),
+            ),
+        }
+        return;
+    }
+    let alternatives = {
+        let mut all = names.clone();
+        all.extend(kinds.iter().cloned());
+        all
+    };
+    match instance {
+        Value::Object(map) => {
+            let keys: Vec<&String> = map.keys().collect();
+            let message = match keys.as_slice() {
+                [] => format!("{} needs one of its forms, found an empty table", what(path)),
+                [k] => format!("`{k}` is not a valid {}", what(path)),
+                _ => format!(
+                    "{} takes one key, found {}",
+                    what(path),
+                    keys.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
+                ),
+            };
+            let got = keys.first().map(|k| k.as_str()).unwrap_or("");
+            let target = match keys.as_slice() {
+                [k] => Diagnostic::key(path.key(k), message),
+                _ => Diagnostic::value(path.clone(), message),
+            };
+            out.push(target.choices(got, &alternatives));
+        }
+        Value::String(s) => out.push(bad_choice(path, instance, &alternatives).choices(s, &alternatives)),
+        other => out.push(
+            Diagnostic::value(
+                path.clone(),
+                format!("{} cannot be {}", what(path), describe(other)),
+            )
+            .choices("", &alternatives),
+        ),
+    }
+}
