@@ -24,7 +24,9 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Check specs: TOML syntax, schema, then meaning. Runs nothing; exit 0, or 2 with every error.
-    #[command(after_help = "Example:\n  distrun validate specs/gemm.toml specs/fft3d.toml\n  distrun validate --ranks 3 specs/collectives.toml")]
+    #[command(
+        after_help = "Example:\n  distrun validate specs/gemm.toml specs/fft3d.toml\n  distrun validate --ranks 3 specs/collectives.toml"
+    )]
     Validate {
         /// Spec files.
         #[arg(required = true)]
@@ -34,7 +36,9 @@ enum Command {
         ranks: Option<u64>,
     },
     /// Resolve every tensor and step for N ranks: local shapes, bytes, symmetric heap, algorithms.
-    #[command(after_help = "Example:\n  distrun plan specs/gemm.toml --ranks 4\n  distrun plan specs/gemm_block_cyclic.toml --ranks 4096 --json")]
+    #[command(
+        after_help = "Example:\n  distrun plan specs/gemm.toml --ranks 4\n  distrun plan specs/gemm_block_cyclic.toml --ranks 4096 --json"
+    )]
     Plan {
         /// Spec file.
         spec: PathBuf,

@@ -6,7 +6,12 @@ use crate::spec::tensor::Distribution;
 
 /// Every reason `dist` (at `path`) cannot lay out `shape` over `ranks` ranks. With `ranks` unknown,
 /// only what does not depend on it is checked.
-pub fn check(dist: &Distribution, shape: &[u64], ranks: Option<u64>, path: &KeyPath) -> Vec<Diagnostic> {
+pub fn check(
+    dist: &Distribution,
+    shape: &[u64],
+    ranks: Option<u64>,
+    path: &KeyPath,
+) -> Vec<Diagnostic> {
     let nd = shape.len();
     let mut out = Vec::new();
     let shape_text = format!("{shape:?}");
@@ -15,8 +20,11 @@ pub fn check(dist: &Distribution, shape: &[u64], ranks: Option<u64>, path: &KeyP
         Distribution::Root(r) => {
             if let Some(p) = ranks.filter(|&p| u64::from(*r) >= p) {
                 out.push(
-                    Diagnostic::value(path.key("root"), format!("root rank {r} does not exist with {p} ranks"))
-                        .help(format!("use a rank from 0 to {}", p - 1)),
+                    Diagnostic::value(
+                        path.key("root"),
+                        format!("root rank {r} does not exist with {p} ranks"),
+                    )
+                    .help(format!("use a rank from 0 to {}", p - 1)),
                 );
             }
         }
@@ -41,7 +49,10 @@ pub fn check(dist: &Distribution, shape: &[u64], ranks: Option<u64>, path: &KeyP
                 out.push(
                     Diagnostic::value(
                         here.key("blocks"),
-                        format!("{} block sizes for a tensor of {nd} axes (shape {shape_text})", c.blocks.len()),
+                        format!(
+                            "{} block sizes for a tensor of {nd} axes (shape {shape_text})",
+                            c.blocks.len()
+                        ),
                     )
                     .help("give one block size per axis"),
                 );
@@ -49,8 +60,11 @@ pub fn check(dist: &Distribution, shape: &[u64], ranks: Option<u64>, path: &KeyP
             if let Some(first) = &c.first {
                 if first.len() != nd {
                     out.push(
-                        Diagnostic::value(here.key("first"), format!("{} entries for a tensor of {nd} axes", first.len()))
-                            .help("give one grid coordinate per axis"),
+                        Diagnostic::value(
+                            here.key("first"),
+                            format!("{} entries for a tensor of {nd} axes", first.len()),
+                        )
+                        .help("give one grid coordinate per axis"),
                     );
                 }
                 let grid = match (&c.grid, ranks) {
@@ -62,40 +76,67 @@ pub fn check(dist: &Distribution, shape: &[u64], ranks: Option<u64>, path: &KeyP
                 for (i, (f, g)) in first.iter().zip(&grid).enumerate() {
                     if f >= g {
                         out.push(
-                            Diagnostic::value(here.key("first").index(i), format!("first process {f} is outside grid axis {i} of size {g}"))
-                                .help(format!("use 0 to {}", g - 1)),
+                            Diagnostic::value(
+                                here.key("first").index(i),
+                                format!("first process {f} is outside grid axis {i} of size {g}"),
+                            )
+                            .help(format!("use 0 to {}", g - 1)),
                         );
                     }
                 }
             }
         }
-        Distribution::Boxes(boxes) => check_boxes(boxes, shape, ranks, &path.key("boxes"), &mut out),
+        Distribution::Boxes(boxes) => {
+            check_boxes(boxes, shape, ranks, &path.key("boxes"), &mut out)
+        }
     }
     out
 }
 
-fn check_grid(grid: Option<&[u32]>, nd: usize, ranks: Option<u64>, path: &KeyPath, out: &mut Vec<Diagnostic>) {
+fn check_grid(
+    grid: Option<&[u32]>,
+    nd: usize,
+    ranks: Option<u64>,
+    path: &KeyPath,
+    out: &mut Vec<Diagnostic>,
+) {
     let Some(grid) = grid else {
         return;
     };
     let here = path.key("grid");
     if grid.len() != nd {
         out.push(
-            Diagnostic::value(here.clone(), format!("a grid of {} axes for a tensor of {nd} axes", grid.len()))
-                .help("give one grid entry per tensor axis (1 for an axis that is not split)"),
+            Diagnostic::value(
+                here.clone(),
+                format!("a grid of {} axes for a tensor of {nd} axes", grid.len()),
+            )
+            .help("give one grid entry per tensor axis (1 for an axis that is not split)"),
         );
     }
     let product: u64 = grid.iter().map(|&g| g as u64).product();
     if let Some(p) = ranks.filter(|&p| p != product) {
-        let dims = grid.iter().map(u32::to_string).collect::<Vec<_>>().join("x");
+        let dims = grid
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join("x");
         out.push(
-            Diagnostic::value(here, format!("a {dims} grid holds {product} ranks, but the job has {p}"))
-                .help(format!("the product of the grid entries must equal {p}")),
+            Diagnostic::value(
+                here,
+                format!("a {dims} grid holds {product} ranks, but the job has {p}"),
+            )
+            .help(format!("the product of the grid entries must equal {p}")),
         );
     }
 }
 
-fn check_boxes(boxes: &[[Vec<u64>; 2]], shape: &[u64], ranks: Option<u64>, path: &KeyPath, out: &mut Vec<Diagnostic>) {
+fn check_boxes(
+    boxes: &[[Vec<u64>; 2]],
+    shape: &[u64],
+    ranks: Option<u64>,
+    path: &KeyPath,
+    out: &mut Vec<Diagnostic>,
+) {
     let nd = shape.len();
     if let Some(p) = ranks.filter(|&p| p != boxes.len() as u64) {
         out.push(
@@ -108,8 +149,15 @@ fn check_boxes(boxes: &[[Vec<u64>; 2]], shape: &[u64], ranks: Option<u64>, path:
         let here = path.index(i);
         if lo.len() != nd || hi.len() != nd {
             out.push(
-                Diagnostic::value(here, format!("box {i} has corners of {} and {} axes; the tensor has {nd}", lo.len(), hi.len()))
-                    .help("write each box as [[lower...], [upper...]] with one entry per axis"),
+                Diagnostic::value(
+                    here,
+                    format!(
+                        "box {i} has corners of {} and {} axes; the tensor has {nd}",
+                        lo.len(),
+                        hi.len()
+                    ),
+                )
+                .help("write each box as [[lower...], [upper...]] with one entry per axis"),
             );
             continue;
         }
@@ -118,13 +166,22 @@ fn check_boxes(boxes: &[[Vec<u64>; 2]], shape: &[u64], ranks: Option<u64>, path:
             out.push(
                 Diagnostic::value(
                     here,
-                    format!("box {i} spans [{}, {}) on axis {a}, outside [0, {}) or reversed", lo[a], hi[a], shape[a]),
+                    format!(
+                        "box {i} spans [{}, {}) on axis {a}, outside [0, {}) or reversed",
+                        lo[a], hi[a], shape[a]
+                    ),
                 )
                 .help("each box needs lower <= upper <= the global shape on every axis"),
             );
             continue;
         }
-        regions.push((i, Region { lower: lo.clone(), upper: hi.clone() }));
+        regions.push((
+            i,
+            Region {
+                lower: lo.clone(),
+                upper: hi.clone(),
+            },
+        ));
     }
     if regions.len() != boxes.len() {
         return;
@@ -137,7 +194,10 @@ fn check_boxes(boxes: &[[Vec<u64>; 2]], shape: &[u64], ranks: Option<u64>, path:
                 out.push(
                     Diagnostic::value(
                         path.index(*j),
-                        format!("box {j} overlaps box {i} on [{:?}, {:?})", common.lower, common.upper),
+                        format!(
+                            "box {j} overlaps box {i} from {:?} up to {:?}",
+                            common.lower, common.upper
+                        ),
                     )
                     .help("boxes must cover the global shape exactly once"),
                 );

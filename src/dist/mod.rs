@@ -30,8 +30,18 @@ impl Region {
 
     /// The common part of two regions, if any.
     pub fn intersect(&self, other: &Region) -> Option<Region> {
-        let lower: Vec<u64> = self.lower.iter().zip(&other.lower).map(|(a, b)| *a.max(b)).collect();
-        let upper: Vec<u64> = self.upper.iter().zip(&other.upper).map(|(a, b)| *a.min(b)).collect();
+        let lower: Vec<u64> = self
+            .lower
+            .iter()
+            .zip(&other.lower)
+            .map(|(a, b)| *a.max(b))
+            .collect();
+        let upper: Vec<u64> = self
+            .upper
+            .iter()
+            .zip(&other.upper)
+            .map(|(a, b)| *a.min(b))
+            .collect();
         lower
             .iter()
             .zip(&upper)
@@ -77,7 +87,7 @@ pub fn process_grid(given: &Option<Vec<u32>>, ranks: u64, ndim: usize) -> Vec<u3
     let mut factors = Vec::new();
     let mut f = 2;
     while f * f <= n {
-        while n % f == 0 {
+        while n.is_multiple_of(f) {
             factors.push(f);
             n /= f;
         }
@@ -188,7 +198,8 @@ impl<'a> Placement<'a> {
                 .map(|(r, [lo, _])| (r as u64, g.iter().zip(lo).map(|(x, l)| x - l).collect()))
                 .collect(),
             Distribution::Slab(axis) => {
-                let (part, l) = AxisSplit::Even { parts: self.ranks }.owner(self.shape[axis.index()], g[axis.index()]);
+                let (part, l) = AxisSplit::Even { parts: self.ranks }
+                    .owner(self.shape[axis.index()], g[axis.index()]);
                 let mut local = g.to_vec();
                 local[axis.index()] = l;
                 vec![(part, local)]
@@ -209,10 +220,17 @@ impl<'a> Placement<'a> {
     /// The global index of local index `l` on `rank`.
     pub fn to_global(&self, rank: u64, l: &[u64]) -> Vec<u64> {
         if let Distribution::Boxes(boxes) = self.dist {
-            return l.iter().zip(&boxes[rank as usize][0]).map(|(x, lo)| x + lo).collect();
+            return l
+                .iter()
+                .zip(&boxes[rank as usize][0])
+                .map(|(x, lo)| x + lo)
+                .collect();
         }
         let (splits, pos) = self.splits(rank).unwrap_or_else(|| {
-            (vec![AxisSplit::Whole; self.shape.len()], vec![0; self.shape.len()])
+            (
+                vec![AxisSplit::Whole; self.shape.len()],
+                vec![0; self.shape.len()],
+            )
         });
         (0..l.len())
             .map(|a| splits[a].to_global(self.shape[a], pos[a], l[a]))
@@ -223,7 +241,10 @@ impl<'a> Placement<'a> {
     pub fn regions(&self, rank: u64) -> Vec<Region> {
         if let Distribution::Boxes(boxes) = self.dist {
             let [lo, hi] = &boxes[rank as usize];
-            let r = Region { lower: lo.clone(), upper: hi.clone() };
+            let r = Region {
+                lower: lo.clone(),
+                upper: hi.clone(),
+            };
             return if r.volume() > 0 { vec![r] } else { vec![] };
         }
         let Some((splits, pos)) = self.splits(rank) else {
@@ -232,7 +253,10 @@ impl<'a> Placement<'a> {
         let per_axis: Vec<Vec<(u64, u64)>> = (0..self.shape.len())
             .map(|a| splits[a].intervals(self.shape[a], pos[a]))
             .collect();
-        let mut out = vec![Region { lower: vec![], upper: vec![] }];
+        let mut out = vec![Region {
+            lower: vec![],
+            upper: vec![],
+        }];
         for intervals in per_axis {
             out = out
                 .into_iter()

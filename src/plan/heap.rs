@@ -73,11 +73,14 @@ mod tests {
             assert_eq!(offsets[i] % ALIGN, 0);
             for j in i + 1..3 {
                 let live = reqs[i].first <= reqs[j].last && reqs[j].first <= reqs[i].last;
-                let apart = offsets[i] + reqs[i].bytes <= offsets[j] || offsets[j] + reqs[j].bytes <= offsets[i];
+                let apart = offsets[i] + reqs[i].bytes <= offsets[j]
+                    || offsets[j] + reqs[j].bytes <= offsets[i];
                 assert!(!live || apart, "{i} and {j} overlap");
             }
         }
-        assert_eq!(size, 2048);
+        // 1000 at 0, 600 at 1024, and 100 past both at 2048 (offsets are 512-aligned).
+        assert_eq!(offsets, [0, 1024, 2048]);
+        assert_eq!(size, 2560);
     }
 
     #[test]

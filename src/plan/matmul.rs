@@ -89,7 +89,11 @@ pub fn same_dist(x: &Distribution, y: &Distribution) -> bool {
 fn candidates(case: &MatmulCase<'_>) -> Vec<Candidate> {
     let p = case.ranks.unwrap_or(2).max(1) as f64;
     let f = (p - 1.0) / p;
-    let (size_a, size_b, size_out) = (case.bytes.0 as f64, case.bytes.1 as f64, case.bytes.2 as f64);
+    let (size_a, size_b, size_out) = (
+        case.bytes.0 as f64,
+        case.bytes.1 as f64,
+        case.bytes.2 as f64,
+    );
     let sa = split(case.a, case.transpose.0);
     let sb = split(case.b, case.transpose.1);
     let mut out = Vec::new();
@@ -115,8 +119,18 @@ fn candidates(case: &MatmulCase<'_>) -> Vec<Candidate> {
         add(AgGemm, slab(1), &["all-gather a", "local GEMM"], f * size_a);
     }
     if sa == Split::Cols && sb == Split::Rows {
-        add(GemmRs, slab(0), &["local GEMM on a k-slice", "reduce-scatter"], f * size_out);
-        add(GemmAr, Distribution::Replicated, &["local GEMM on a k-slice", "all-reduce"], 2.0 * f * size_out);
+        add(
+            GemmRs,
+            slab(0),
+            &["local GEMM on a k-slice", "reduce-scatter"],
+            f * size_out,
+        );
+        add(
+            GemmAr,
+            Distribution::Replicated,
+            &["local GEMM on a k-slice", "all-reduce"],
+            2.0 * f * size_out,
+        );
     }
     if let Some(out_dist) = summa_out(case) {
         let grid = match case.a {
@@ -129,7 +143,12 @@ fn candidates(case: &MatmulCase<'_>) -> Vec<Candidate> {
             _ => (p.sqrt(), p.sqrt()),
         };
         let cost = size_a / pr * (pc - 1.0) / pc + size_b / pc * (pr - 1.0) / pr;
-        add(Summa, out_dist, &["SUMMA: panels broadcast along grid rows and columns"], cost);
+        add(
+            Summa,
+            out_dist,
+            &["SUMMA: panels broadcast along grid rows and columns"],
+            cost,
+        );
     }
     let mut moves = Vec::new();
     let mut cost = 0.0;
@@ -146,18 +165,18 @@ fn candidates(case: &MatmulCase<'_>) -> Vec<Candidate> {
 
     // A result or addend in another distribution than the algorithm's costs one more move.
     for cand in &mut out {
-        if let Some(c) = case.c {
-            if !same_dist(c, &cand.out) {
-                cand.detail.insert(0, "redistribute c".into());
-                cand.cost += f * size_out;
-            }
+        if let Some(c) = case.c
+            && !same_dist(c, &cand.out)
+        {
+            cand.detail.insert(0, "redistribute c".into());
+            cand.cost += f * size_out;
         }
-        if let Some(target) = case.out {
-            if !same_dist(target, &cand.out) {
-                cand.detail.push("redistribute the result".into());
-                cand.cost += f * size_out;
-                cand.out = target.clone();
-            }
+        if let Some(target) = case.out
+            && !same_dist(target, &cand.out)
+        {
+            cand.detail.push("redistribute the result".into());
+            cand.cost += f * size_out;
+            cand.out = target.clone();
         }
     }
     // Cheapest first; among equals, fewer phases, then the order above.
@@ -177,7 +196,9 @@ fn summa_out(case: &MatmulCase<'_>) -> Option<Distribution> {
     }
     match (case.a, case.b) {
         (Distribution::Block(a), Distribution::Block(b))
-            if a.grid == b.grid && a.grid_layout == b.grid_layout && a.grid.as_ref().is_none_or(|g| g.len() == 2) =>
+            if a.grid == b.grid
+                && a.grid_layout == b.grid_layout
+                && a.grid.as_ref().is_none_or(|g| g.len() == 2) =>
         {
             Some(case.a.clone())
         }
@@ -228,13 +249,30 @@ pub fn choose(case: &MatmulCase<'_>, requested: MatmulAlgorithm) -> Result<Matmu
 mod tests {
     use super::*;
 
-    fn case<'a>(a: &'a Distribution, b: &'a Distribution, out: Option<&'a Distribution>, t: (bool, bool)) -> MatmulCase<'a> {
-        MatmulCase { a, b, c: None, out, transpose: t, bytes: (1000, 1000, 1000), ranks: Some(4) }
+    fn case<'a>(
+        a: &'a Distribution,
+        b: &'a Distribution,
+        out: Option<&'a Distribution>,
+        t: (bool, bool),
+    ) -> MatmulCase<'a> {
+        MatmulCase {
+            a,
+            b,
+            c: None,
+            out,
+            transpose: t,
+            bytes: (1000, 1000, 1000),
+            ranks: Some(4),
+        }
     }
 
     #[test]
     fn row_slab_times_replicated_is_local() {
-        let c = choose(&case(&slab(0), &Distribution::Replicated, None, (false, false)), MatmulAlgorithm::Auto).unwrap();
+        let c = choose(
+            &case(&slab(0), &Distribution::Replicated, None, (false, false)),
+            MatmulAlgorithm::Auto,
+        )
+        .unwrap();
         assert_eq!(c.algorithm, MatmulAlgorithm::Local);
         assert_eq!(c.bytes_per_rank, Some(0));
         assert!(same_dist(&c.out, &slab(0)));
@@ -244,21 +282,37 @@ mod tests {
     fn nvmath_example_gathers_an_operand() {
         // a (k x m) slab 1 used transposed, b (k x n) slab 1, result slab 0: all-gather + GEMM.
         let out = slab(0);
-        let c = choose(&case(&slab(1), &slab(1), Some(&out), (true, false)), MatmulAlgorithm::Auto).unwrap();
+        let c = choose(
+            &case(&slab(1), &slab(1), Some(&out), (true, false)),
+            MatmulAlgorithm::Auto,
+        )
+        .unwrap();
         assert_eq!(c.algorithm, MatmulAlgorithm::AgGemm);
     }
 
     #[test]
     fn k_split_operands_reduce_scatter() {
-        let c = choose(&case(&slab(1), &slab(0), None, (false, false)), MatmulAlgorithm::Auto).unwrap();
+        let c = choose(
+            &case(&slab(1), &slab(0), None, (false, false)),
+            MatmulAlgorithm::Auto,
+        )
+        .unwrap();
         assert_eq!(c.algorithm, MatmulAlgorithm::GemmRs);
-        let forced = choose(&case(&slab(1), &slab(0), None, (false, false)), MatmulAlgorithm::GemmAr).unwrap();
+        let forced = choose(
+            &case(&slab(1), &slab(0), None, (false, false)),
+            MatmulAlgorithm::GemmAr,
+        )
+        .unwrap();
         assert_eq!(forced.out, Distribution::Replicated);
     }
 
     #[test]
     fn impossible_forced_algorithm_is_refused() {
-        let err = choose(&case(&slab(0), &Distribution::Replicated, None, (false, false)), MatmulAlgorithm::Summa).unwrap_err();
+        let err = choose(
+            &case(&slab(0), &Distribution::Replicated, None, (false, false)),
+            MatmulAlgorithm::Summa,
+        )
+        .unwrap_err();
         assert!(err.contains("summa"), "{err}");
     }
 }

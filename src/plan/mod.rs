@@ -83,14 +83,29 @@ pub fn plan(loaded: &Loaded, ranks: u64) -> Result<Plan, Vec<Diagnostic>> {
             let placement = Placement::new(&s.dist, &s.shape, ranks);
             for (r, b) in bytes_per_rank.iter_mut().enumerate() {
                 let local = placement.local_shape(r as u64);
-                let bytes = local.map_or(0, |l| resolve::byte_size(&l, s.dtype).unwrap_or(u64::MAX));
+                let bytes =
+                    local.map_or(0, |l| resolve::byte_size(&l, s.dtype).unwrap_or(u64::MAX));
                 *b = (*b).max(bytes);
             }
         }
         let placement = Placement::new(&first_state.dist, &first_state.shape, ranks);
-        let first = if info.init { 0 } else { info.producer.unwrap_or(0) };
-        let last_use = info.used_by.iter().copied().max().unwrap_or(first).max(first);
-        let last = if written.contains(&name) { n_steps } else { last_use };
+        let first = if info.init {
+            0
+        } else {
+            info.producer.unwrap_or(0)
+        };
+        let last_use = info
+            .used_by
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(first)
+            .max(first);
+        let last = if written.contains(&name) {
+            n_steps
+        } else {
+            last_use
+        };
         tensors.insert(
             name.clone(),
             TensorPlan {

@@ -50,7 +50,11 @@ fn dist_text(d: &Distribution) -> String {
         Distribution::BlockCyclic(c) => format!(
             "block_cyclic {} blocks {}",
             grid_text(&c.grid),
-            c.blocks.iter().map(u64::to_string).collect::<Vec<_>>().join("x")
+            c.blocks
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join("x")
         ),
         Distribution::Boxes(b) => format!("{} boxes", b.len()),
     }
@@ -63,7 +67,10 @@ fn grid_text(g: &Option<Vec<u32>>) -> String {
 }
 
 fn shape_text(s: &[u64]) -> String {
-    format!("[{}]", s.iter().map(u64::to_string).collect::<Vec<_>>().join(", "))
+    format!(
+        "[{}]",
+        s.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
+    )
 }
 
 fn position_text(pos: usize, n_steps: usize, start: bool) -> String {
@@ -80,7 +87,8 @@ fn local_range(t: &TensorPlan) -> String {
     let held: Vec<&Vec<u64>> = t.local_shapes.iter().flatten().collect();
     let none = t.local_shapes.len() - held.len();
     let count = |s: &&&Vec<u64>| s.iter().product::<u64>();
-    let (Some(lo), Some(hi)) = (held.iter().min_by_key(count), held.iter().max_by_key(count)) else {
+    let (Some(lo), Some(hi)) = (held.iter().min_by_key(count), held.iter().max_by_key(count))
+    else {
         return "none".into();
     };
     let mut text = if lo == hi {
@@ -149,12 +157,21 @@ impl Plan {
     /// A readable table: tensors, steps, then memory per rank.
     pub fn to_table(&self, title: &str) -> String {
         let n_steps = self.steps.len();
-        let mut rows = vec![[
-            "tensor", "shape", "dtype", "layout", "distribution", "local shape", "bytes/rank",
-            "heap offset", "live",
-        ]
-        .map(String::from)
-        .to_vec()];
+        let mut rows = vec![
+            [
+                "tensor",
+                "shape",
+                "dtype",
+                "layout",
+                "distribution",
+                "local shape",
+                "bytes/rank",
+                "heap offset",
+                "live",
+            ]
+            .map(String::from)
+            .to_vec(),
+        ];
         for (name, t) in &self.tensors {
             let s = &t.state;
             let mut dist = dist_text(&resolved_dist(&s.dist, s.shape.len(), self.ranks));
@@ -177,12 +194,27 @@ impl Plan {
                 ),
             ]);
         }
-        let mut out = format!("{title} on {} rank{}\n\n", self.ranks, if self.ranks == 1 { "" } else { "s" });
+        let mut out = format!(
+            "{title} on {} rank{}\n\n",
+            self.ranks,
+            if self.ranks == 1 { "" } else { "s" }
+        );
         out.push_str(&table(&rows));
         if !self.steps.is_empty() {
-            let mut rows = vec![["step", "op", "name", "inputs", "outputs", "algorithm", "sends/rank", "detail"]
+            let mut rows = vec![
+                [
+                    "step",
+                    "op",
+                    "name",
+                    "inputs",
+                    "outputs",
+                    "algorithm",
+                    "sends/rank",
+                    "detail",
+                ]
                 .map(String::from)
-                .to_vec()];
+                .to_vec(),
+            ];
             for (i, s) in self.steps.iter().enumerate() {
                 rows.push(vec![
                     i.to_string(),

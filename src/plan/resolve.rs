@@ -127,16 +127,18 @@ impl Resolver<'_> {
     fn check_runtime(&mut self) {
         let rt = &self.loaded.spec.runtime;
         let here = KeyPath::root().key("runtime");
-        if let (Some(given), Some(p)) = (rt.ranks, self.ranks) {
-            if u64::from(given) != p {
-                self.err(
-                    Diagnostic::value(
-                        here.key("ranks"),
-                        format!("the spec requires {given} ranks, but {p} were asked for"),
-                    )
-                    .help(format!("plan with --ranks {given}, or change runtime.ranks")),
-                );
-            }
+        if let (Some(given), Some(p)) = (rt.ranks, self.ranks)
+            && u64::from(given) != p
+        {
+            self.err(
+                Diagnostic::value(
+                    here.key("ranks"),
+                    format!("the spec requires {given} ranks, but {p} were asked for"),
+                )
+                .help(format!(
+                    "plan with --ranks {given}, or change runtime.ranks"
+                )),
+            );
         }
         if rt.process_group == ProcessGroup::Single && self.ranks.is_some_and(|p| p > 1) {
             self.err(
@@ -150,16 +152,16 @@ impl Resolver<'_> {
                 .help("use process_group = \"mpi\" or \"auto\" to run on several ranks"),
             );
         }
-        if let (DeviceMap::List(list), Some(p)) = (&rt.device_map, self.ranks) {
-            if (list.len() as u64) < p {
-                self.err(
-                    Diagnostic::value(
-                        here.key("device_map"),
-                        format!("device_map lists {} GPUs for {p} ranks", list.len()),
-                    )
-                    .help("give one GPU ordinal per rank, indexed by rank"),
-                );
-            }
+        if let (DeviceMap::List(list), Some(p)) = (&rt.device_map, self.ranks)
+            && (list.len() as u64) < p
+        {
+            self.err(
+                Diagnostic::value(
+                    here.key("device_map"),
+                    format!("device_map lists {} GPUs for {p} ranks", list.len()),
+                )
+                .help("give one GPU ordinal per rank, indexed by rank"),
+            );
         }
         if let Some(backends) = &rt.backends {
             let gpu = backends
@@ -249,8 +251,7 @@ impl Resolver<'_> {
         if let Some(Init::Npy(file)) = &t.init {
             self.check_npy(t, file, &here.key("init").key("npy"));
         }
-        if matches!(t.init, Some(Init::Uniform(_) | Init::Normal(_))) && !t.dtype.is_float()
-        {
+        if matches!(t.init, Some(Init::Uniform(_) | Init::Normal(_))) && !t.dtype.is_float() {
             self.err(
                 Diagnostic::value(
                     here.key("init"),
@@ -276,9 +277,7 @@ impl Resolver<'_> {
         };
         let partial = t.distribution == Some(Distribution::Partial);
         let expected: Vec<String> = if partial {
-            let lead = self
-                .ranks
-                .map_or("P".to_string(), |p| p.to_string());
+            let lead = self.ranks.map_or("P".to_string(), |p| p.to_string());
             std::iter::once(lead)
                 .chain(t.shape.iter().map(u64::to_string))
                 .collect()
@@ -350,7 +349,9 @@ impl Resolver<'_> {
                     here,
                     format!("tensor `{name}` has no init and no earlier step writes it"),
                 )
-                .help(format!("give tensors.{name} an init, or write it in an earlier step")),
+                .help(format!(
+                    "give tensors.{name} an init, or write it in an earlier step"
+                )),
             }
         } else if let Some(j) = later {
             Diagnostic::value(
@@ -359,14 +360,13 @@ impl Resolver<'_> {
             )
             .help("steps run in order: move this step after the one that writes it")
         } else {
-            let known: Vec<&str> = self
-                .loaded
-                .spec
-                .tensors
-                .keys()
-                .map(String::as_str)
-                .chain(self.current.keys().map(String::as_str))
-                .collect();
+            let mut known: Vec<&str> = self.tensors.keys().map(String::as_str).collect();
+            known.extend(
+                self.current
+                    .keys()
+                    .map(String::as_str)
+                    .filter(|n| !self.tensors.contains_key(*n)),
+            );
             let d = Diagnostic::value(here, format!("no tensor named `{name}`"));
             match did_you_mean(name, &known) {
                 Some(best) => d.help(format!("did you mean `{best}`?")),
@@ -380,7 +380,14 @@ impl Resolver<'_> {
 
     /// Records a step's result. `fixed` says whether the op sets the distribution (collectives)
     /// or takes a declared one (matmul, redistribute).
-    fn write(&mut self, step: usize, key: &str, name: &str, mut state: TensorState, in_place: bool) {
+    fn write(
+        &mut self,
+        step: usize,
+        key: &str,
+        name: &str,
+        mut state: TensorState,
+        in_place: bool,
+    ) {
         let here = KeyPath::root().key("steps").index(step).key(key);
         let declared = self.loaded.spec.tensors.get(name).cloned();
         if let Some(decl) = &declared {
@@ -408,40 +415,38 @@ impl Resolver<'_> {
                         ),
                     ));
                 }
-                if let Some(d) = &decl.distribution {
-                    if !same_dist(d, &state.dist) {
-                        self.err(
-                            Diagnostic::value(
-                                tpath.key("distribution"),
-                                format!(
-                                    "step {step} ({}) makes `{name}` {}, but it is declared {}",
-                                    self.loaded.spec.steps[step].op(),
-                                    dist_name(&state.dist),
-                                    dist_name(d)
-                                ),
-                            )
-                            .help(format!(
-                                "declare tensors.{name}.distribution = {}, or leave it out",
-                                dist_name(&state.dist)
-                            )),
-                        );
-                    }
+                if let Some(d) = &decl.distribution
+                    && !same_dist(d, &state.dist)
+                {
+                    self.err(
+                        Diagnostic::value(
+                            tpath.key("distribution"),
+                            format!(
+                                "step {step} ({}) makes `{name}` {}, but it is declared {}",
+                                self.loaded.spec.steps[step].op(),
+                                dist_name(&state.dist),
+                                dist_name(d)
+                            ),
+                        )
+                        .help(format!(
+                            "declare tensors.{name}.distribution = {}, or leave it out",
+                            dist_name(&state.dist)
+                        )),
+                    );
                 }
                 state.layout = decl.layout;
             }
-        } else if !in_place {
-            if let Some(prev) = self.tensors.get(name).and_then(|t| t.producer) {
-                self.err(
-                    Diagnostic::value(
-                        here.clone(),
-                        format!("step {step} writes `{name}`, which step {prev} already wrote"),
-                    )
-                    .help(format!(
-                        "use another name, or declare [tensors.{name}] to write it more than once"
-                    )),
-                );
-                return;
-            }
+        } else if !in_place && let Some(prev) = self.tensors.get(name).and_then(|t| t.producer) {
+            self.err(
+                Diagnostic::value(
+                    here.clone(),
+                    format!("step {step} writes `{name}`, which step {prev} already wrote"),
+                )
+                .help(format!(
+                    "use another name, or declare [tensors.{name}] to write it more than once"
+                )),
+            );
+            return;
         }
         let symmetric = declared.as_ref().map(|d| d.symmetric).unwrap_or_else(|| {
             let inputs = self.loaded.spec.steps[step].inputs();
@@ -469,15 +474,28 @@ impl Resolver<'_> {
         self.current.insert(name.to_string(), state);
     }
 
-    fn expect_dist(&mut self, step: usize, key: &str, name: &str, got: &Distribution, want: &str, ok: bool) -> bool {
+    fn expect_dist(
+        &mut self,
+        step: usize,
+        key: &str,
+        name: &str,
+        got: &Distribution,
+        want: &str,
+        ok: bool,
+    ) -> bool {
         if !ok {
             let op = self.loaded.spec.steps[step].op();
             self.err(
                 Diagnostic::value(
                     KeyPath::root().key("steps").index(step).key(key),
-                    format!("{op} needs a {want} input, but `{name}` is {} here", dist_name(got)),
+                    format!(
+                        "{op} needs a {want} input, but `{name}` is {} here",
+                        dist_name(got)
+                    ),
                 )
-                .help(format!("give `{name}` a {want} distribution, or redistribute it first")),
+                .help(format!(
+                    "give `{name}` a {want} distribution, or redistribute it first"
+                )),
             );
         }
         ok
@@ -485,7 +503,9 @@ impl Resolver<'_> {
 
     fn check_reduce(&mut self, step: usize, op: ReduceOp, dtype: DType) {
         let bad = match op {
-            ReduceOp::Min | ReduceOp::Max if dtype.is_complex() => Some("complex numbers have no order"),
+            ReduceOp::Min | ReduceOp::Max if dtype.is_complex() => {
+                Some("complex numbers have no order")
+            }
             _ => None,
         };
         if let Some(why) = bad {
@@ -520,12 +540,15 @@ impl Resolver<'_> {
         let a = axis.index();
         if a >= state.shape.len() {
             self.err(
-                Diagnostic::value(here, format!("axis {a} does not exist in shape {:?}", state.shape))
-                    .help(format!("use an axis from 0 to {}", state.shape.len() - 1)),
+                Diagnostic::value(
+                    here,
+                    format!("axis {a} does not exist in shape {:?}", state.shape),
+                )
+                .help(format!("use an axis from 0 to {}", state.shape.len() - 1)),
             );
             return false;
         }
-        if let Some(p) = self.ranks.filter(|p| state.shape[a] % p != 0) {
+        if let Some(p) = self.ranks.filter(|p| !state.shape[a].is_multiple_of(*p)) {
             self.err(
                 Diagnostic::value(
                     here,
@@ -550,7 +573,10 @@ impl Resolver<'_> {
                 .clone()
                 .unwrap_or_else(|| format!("{}#{i}", step.op())),
             inputs: step.inputs().iter().map(|(_, n)| n.to_string()).collect(),
-            outputs: step.output().map(|(_, n)| vec![n.to_string()]).unwrap_or_default(),
+            outputs: step
+                .output()
+                .map(|(_, n)| vec![n.to_string()])
+                .unwrap_or_default(),
             matmul: None,
         };
         let ins: Vec<Option<TensorState>> = step
@@ -580,8 +606,20 @@ impl Resolver<'_> {
                         Diagnostic::value(here.key("distribution"), "redistribute cannot make a partial tensor")
                             .help("partial tensors come from an init; reduce them with all_reduce or reduce_scatter"),
                     );
-                } else if self.expect_dist(i, "input", &r.input, &s.dist, "non-partial", s.dist != Distribution::Partial) {
-                    let found = dist::check(&r.distribution, &s.shape, self.ranks, &here.key("distribution"));
+                } else if self.expect_dist(
+                    i,
+                    "input",
+                    &r.input,
+                    &s.dist,
+                    "non-partial",
+                    s.dist != Distribution::Partial,
+                ) {
+                    let found = dist::check(
+                        &r.distribution,
+                        &s.shape,
+                        self.ranks,
+                        &here.key("distribution"),
+                    );
                     if found.is_empty() {
                         let mut out = with(s, r.distribution.clone());
                         if let Some(l) = r.layout {
@@ -595,18 +633,45 @@ impl Resolver<'_> {
             Step::AllReduce(s) => {
                 let x = &ins[0];
                 self.check_reduce(i, s.reduce, x.dtype);
-                if self.expect_dist(i, "input", &s.input, &x.dist, "partial", x.dist == Distribution::Partial) {
+                if self.expect_dist(
+                    i,
+                    "input",
+                    &s.input,
+                    &x.dist,
+                    "partial",
+                    x.dist == Distribution::Partial,
+                ) {
                     let (key, name) = step.output().expect("writes");
-                    self.write(i, key, name, with(x, Distribution::Replicated), s.out.is_none());
+                    self.write(
+                        i,
+                        key,
+                        name,
+                        with(x, Distribution::Replicated),
+                        s.out.is_none(),
+                    );
                 }
             }
             Step::Reduce(s) => {
                 let x = &ins[0];
                 self.check_reduce(i, s.reduce, x.dtype);
                 let ok = self.check_root(i, "root", s.root);
-                if self.expect_dist(i, "input", &s.input, &x.dist, "partial", x.dist == Distribution::Partial) && ok {
+                if self.expect_dist(
+                    i,
+                    "input",
+                    &s.input,
+                    &x.dist,
+                    "partial",
+                    x.dist == Distribution::Partial,
+                ) && ok
+                {
                     let (key, name) = step.output().expect("writes");
-                    self.write(i, key, name, with(x, Distribution::Root(s.root)), s.out.is_none());
+                    self.write(
+                        i,
+                        key,
+                        name,
+                        with(x, Distribution::Root(s.root)),
+                        s.out.is_none(),
+                    );
                 }
             }
             Step::Broadcast(s) => {
@@ -616,13 +681,23 @@ impl Resolver<'_> {
                         self.err(
                             Diagnostic::value(
                                 here.key("root"),
-                                format!("root = {} but `{}` is held by rank {r}", s.root.unwrap_or(r), s.input),
+                                format!(
+                                    "root = {} but `{}` is held by rank {r}",
+                                    s.root.unwrap_or(r),
+                                    s.input
+                                ),
                             )
                             .help(format!("leave root out, or set it to {r}")),
                         );
                     } else {
                         let (key, name) = step.output().expect("writes");
-                        self.write(i, key, name, with(x, Distribution::Replicated), s.out.is_none());
+                        self.write(
+                            i,
+                            key,
+                            name,
+                            with(x, Distribution::Replicated),
+                            s.out.is_none(),
+                        );
                     }
                 } else {
                     self.expect_dist(i, "input", &s.input, &x.dist, "root", false);
@@ -630,7 +705,14 @@ impl Resolver<'_> {
             }
             Step::AllGather(s) => {
                 let x = &ins[0];
-                if self.expect_dist(i, "input", &s.input, &x.dist, "slab", matches!(x.dist, Distribution::Slab(_))) {
+                if self.expect_dist(
+                    i,
+                    "input",
+                    &s.input,
+                    &x.dist,
+                    "slab",
+                    matches!(x.dist, Distribution::Slab(_)),
+                ) {
                     self.write(i, "out", &s.out, with(x, Distribution::Replicated), false);
                 }
             }
@@ -638,14 +720,24 @@ impl Resolver<'_> {
                 let x = &ins[0];
                 self.check_reduce(i, s.reduce, x.dtype);
                 let ok = self.check_divisible(i, s.axis, x);
-                if self.expect_dist(i, "input", &s.input, &x.dist, "partial", x.dist == Distribution::Partial) && ok {
+                if self.expect_dist(
+                    i,
+                    "input",
+                    &s.input,
+                    &x.dist,
+                    "partial",
+                    x.dist == Distribution::Partial,
+                ) && ok
+                {
                     self.write(i, "out", &s.out, with(x, slab(s.axis.index())), false);
                 }
             }
             Step::AllToAll(s) => {
                 let x = &ins[0];
                 let p = self.ranks;
-                let square = x.shape.len() >= 2 && p.is_none_or(|p| x.shape[0] == p && x.shape[1] == p) && x.shape[0] == x.shape[1];
+                let square = x.shape.len() >= 2
+                    && p.is_none_or(|p| x.shape[0] == p && x.shape[1] == p)
+                    && x.shape[0] == x.shape[1];
                 if !square {
                     let want = p.map_or("P".to_string(), |p| p.to_string());
                     self.err(
@@ -655,14 +747,29 @@ impl Resolver<'_> {
                         )
                         .help("row j of rank r's piece goes to rank j: the first two axes are the rank count"),
                     );
-                } else if self.expect_dist(i, "input", &s.input, &x.dist, "{ slab = 0 }", matches!(x.dist, Distribution::Slab(a) if a.index() == 0)) {
+                } else if self.expect_dist(
+                    i,
+                    "input",
+                    &s.input,
+                    &x.dist,
+                    "{ slab = 0 }",
+                    matches!(x.dist, Distribution::Slab(a) if a.index() == 0),
+                ) {
                     self.write(i, "out", &s.out, with(x, slab(1)), false);
                 }
             }
             Step::Gather(s) => {
                 let x = &ins[0];
                 let ok = self.check_root(i, "root", s.root);
-                if self.expect_dist(i, "input", &s.input, &x.dist, "slab", matches!(x.dist, Distribution::Slab(_))) && ok {
+                if self.expect_dist(
+                    i,
+                    "input",
+                    &s.input,
+                    &x.dist,
+                    "slab",
+                    matches!(x.dist, Distribution::Slab(_)),
+                ) && ok
+                {
                     self.write(i, "out", &s.out, with(x, Distribution::Root(s.root)), false);
                 }
             }
@@ -674,7 +781,11 @@ impl Resolver<'_> {
                         self.err(
                             Diagnostic::value(
                                 here.key("root"),
-                                format!("root = {} but `{}` is held by rank {r}", s.root.unwrap_or(r), s.input),
+                                format!(
+                                    "root = {} but `{}` is held by rank {r}",
+                                    s.root.unwrap_or(r),
+                                    s.input
+                                ),
                             )
                             .help(format!("leave root out, or set it to {r}")),
                         );
@@ -711,8 +822,11 @@ impl Resolver<'_> {
                         if let Some(k) = seen.insert(*dst, j) {
                             ok = false;
                             self.err(
-                                Diagnostic::value(here.key("pairs").index(j), format!("rank {dst} receives twice (pairs {k} and {j})"))
-                                    .help("each rank receives at most one row"),
+                                Diagnostic::value(
+                                    here.key("pairs").index(j),
+                                    format!("rank {dst} receives twice (pairs {k} and {j})"),
+                                )
+                                .help("each rank receives at most one row"),
                             );
                         }
                     }
@@ -727,7 +841,13 @@ impl Resolver<'_> {
         info
     }
 
-    fn matmul(&mut self, i: usize, m: &crate::spec::step::Matmul, ins: &[TensorState], mut info: StepInfo) -> StepInfo {
+    fn matmul(
+        &mut self,
+        i: usize,
+        m: &crate::spec::step::Matmul,
+        ins: &[TensorState],
+        mut info: StepInfo,
+    ) -> StepInfo {
         let here = KeyPath::root().key("steps").index(i);
         let (a, b) = (&ins[0], &ins[1]);
         let c = m.c.as_ref().map(|_| &ins[2]);
@@ -736,72 +856,122 @@ impl Resolver<'_> {
         for (key, name, t) in [("a", &m.a, a), ("b", &m.b, b)] {
             if t.shape.len() != 2 {
                 ok = false;
-                self.err(Diagnostic::value(here.key(key), format!("matmul needs a matrix, but `{name}` has shape {:?}", t.shape)));
+                self.err(Diagnostic::value(
+                    here.key(key),
+                    format!(
+                        "matmul needs a matrix, but `{name}` has shape {:?}",
+                        t.shape
+                    ),
+                ));
             }
         }
         if !a.dtype.is_float() {
             ok = false;
             self.err(
-                Diagnostic::value(here.key("a"), format!("matmul does not take {} tensors", a.dtype))
-                    .help("use f16, bf16, f32, f64, c64 or c128"),
+                Diagnostic::value(
+                    here.key("a"),
+                    format!("matmul does not take {} tensors", a.dtype),
+                )
+                .help("use f16, bf16, f32, f64, c64 or c128"),
             );
         }
-        for (key, name, t) in [("b", Some(&m.b), Some(b)), ("c", m.c.as_ref(), c), ("bias", m.bias.as_ref(), bias)] {
-            if let (Some(name), Some(t)) = (name, t) {
-                if t.dtype != a.dtype {
-                    ok = false;
-                    self.err(Diagnostic::value(
-                        here.key(key),
-                        format!("`{name}` is {} but `{}` is {}: matmul operands share one dtype", t.dtype, m.a, a.dtype),
-                    ));
-                }
+        for (key, name, t) in [
+            ("b", Some(&m.b), Some(b)),
+            ("c", m.c.as_ref(), c),
+            ("bias", m.bias.as_ref(), bias),
+        ] {
+            if let (Some(name), Some(t)) = (name, t)
+                && t.dtype != a.dtype
+            {
+                ok = false;
+                self.err(Diagnostic::value(
+                    here.key(key),
+                    format!(
+                        "`{name}` is {} but `{}` is {}: matmul operands share one dtype",
+                        t.dtype, m.a, a.dtype
+                    ),
+                ));
             }
         }
-        for (key, t) in [("conjugate_a", m.conjugate_a && !m.transpose_a), ("conjugate_b", m.conjugate_b && !m.transpose_b)] {
+        for (key, t) in [
+            ("conjugate_a", m.conjugate_a && !m.transpose_a),
+            ("conjugate_b", m.conjugate_b && !m.transpose_b),
+        ] {
             if t {
                 ok = false;
                 self.err(
-                    Diagnostic::value(here.key(key), format!("{key} needs transpose_{}", &key[10..]))
-                        .help("cuBLASMp conjugates only transposed operands: set both"),
+                    Diagnostic::value(
+                        here.key(key),
+                        format!("{key} needs transpose_{}", &key[10..]),
+                    )
+                    .help("cuBLASMp conjugates only transposed operands: set both"),
                 );
             }
         }
         if (m.conjugate_a || m.conjugate_b) && !a.dtype.is_complex() {
             ok = false;
-            let key = if m.conjugate_a { "conjugate_a" } else { "conjugate_b" };
-            self.err(Diagnostic::value(here.key(key), format!("conjugation applies to complex dtypes, not {}", a.dtype)));
+            let key = if m.conjugate_a {
+                "conjugate_a"
+            } else {
+                "conjugate_b"
+            };
+            self.err(Diagnostic::value(
+                here.key(key),
+                format!("conjugation applies to complex dtypes, not {}", a.dtype),
+            ));
         }
         match (m.epilog.map(|e| e.needs_bias()), &m.bias) {
             (Some(true), None) => {
                 ok = false;
-                self.err(Diagnostic::value(here.key("epilog"), "this epilog adds a bias: name a `bias` tensor"));
+                self.err(Diagnostic::value(
+                    here.key("epilog"),
+                    "this epilog adds a bias: name a `bias` tensor",
+                ));
             }
             (Some(false) | None, Some(_)) => {
                 ok = false;
                 self.err(
-                    Diagnostic::value(here.key("bias"), "a bias is read only by the bias, relu_bias and gelu_bias epilogs")
-                        .help("set epilog, or remove bias"),
+                    Diagnostic::value(
+                        here.key("bias"),
+                        "a bias is read only by the bias, relu_bias and gelu_bias epilogs",
+                    )
+                    .help("set epilog, or remove bias"),
                 );
             }
             _ => {}
         }
         if m.beta != 0.0 && m.c.is_none() {
             ok = false;
-            self.err(Diagnostic::value(here.key("beta"), "beta scales c, but there is no c").help("name a `c` tensor, or remove beta"));
+            self.err(
+                Diagnostic::value(here.key("beta"), "beta scales c, but there is no c")
+                    .help("name a `c` tensor, or remove beta"),
+            );
         }
-        for (key, name, t) in [("a", Some(&m.a), Some(a)), ("b", Some(&m.b), Some(b)), ("c", m.c.as_ref(), c)] {
-            if let (Some(name), Some(t)) = (name, t) {
-                if t.dist == Distribution::Partial {
-                    ok = false;
-                    self.expect_dist(i, key, name, &t.dist, "non-partial", false);
-                }
+        for (key, name, t) in [
+            ("a", Some(&m.a), Some(a)),
+            ("b", Some(&m.b), Some(b)),
+            ("c", m.c.as_ref(), c),
+        ] {
+            if let (Some(name), Some(t)) = (name, t)
+                && t.dist == Distribution::Partial
+            {
+                ok = false;
+                self.expect_dist(i, key, name, &t.dist, "non-partial", false);
             }
         }
-        if !ok {
+        if a.shape.len() != 2 || b.shape.len() != 2 {
             return info;
         }
-        let (m_, k_a) = if m.transpose_a { (a.shape[1], a.shape[0]) } else { (a.shape[0], a.shape[1]) };
-        let (k_b, n_) = if m.transpose_b { (b.shape[1], b.shape[0]) } else { (b.shape[0], b.shape[1]) };
+        let (m_, k_a) = if m.transpose_a {
+            (a.shape[1], a.shape[0])
+        } else {
+            (a.shape[0], a.shape[1])
+        };
+        let (k_b, n_) = if m.transpose_b {
+            (b.shape[1], b.shape[0])
+        } else {
+            (b.shape[0], b.shape[1])
+        };
         if k_a != k_b {
             self.err(
                 Diagnostic::value(
@@ -818,21 +988,49 @@ impl Resolver<'_> {
             );
             return info;
         }
-        if let Some(c) = c {
-            if c.shape != [m_, n_] {
-                self.err(Diagnostic::value(here.key("c"), format!("c must be {m_}x{n_} like the result, but has shape {:?}", c.shape)));
-                return info;
-            }
+        if !ok {
+            return info;
         }
-        if let Some(bias) = bias {
-            if bias.shape != [m_] {
-                self.err(Diagnostic::value(here.key("bias"), format!("bias must be a vector of {m_} (one per row of the result), but has shape {:?}", bias.shape)));
-                return info;
-            }
+        if let Some(c) = c
+            && c.shape != [m_, n_]
+        {
+            self.err(Diagnostic::value(
+                here.key("c"),
+                format!(
+                    "c must be {m_}x{n_} like the result, but has shape {:?}",
+                    c.shape
+                ),
+            ));
+            return info;
         }
-        let declared = self.loaded.spec.tensors.get(&m.out).and_then(|t| t.distribution.clone());
+        if let Some(bias) = bias
+            && bias.shape != [m_]
+        {
+            self.err(Diagnostic::value(
+                here.key("bias"),
+                format!(
+                    "bias must be a vector of {m_} (one per row of the result), but has shape {:?}",
+                    bias.shape
+                ),
+            ));
+            return info;
+        }
+        let declared = self
+            .loaded
+            .spec
+            .tensors
+            .get(&m.out)
+            .and_then(|t| t.distribution.clone());
         if let Some(d) = &declared {
-            let found = dist::check(d, &[m_, n_], self.ranks, &KeyPath::root().key("tensors").key(&m.out).key("distribution"));
+            let found = dist::check(
+                d,
+                &[m_, n_],
+                self.ranks,
+                &KeyPath::root()
+                    .key("tensors")
+                    .key(&m.out)
+                    .key("distribution"),
+            );
             if !found.is_empty() {
                 return info;
             }
@@ -867,16 +1065,30 @@ impl Resolver<'_> {
         info
     }
 
-    fn fft(&mut self, i: usize, f: &crate::spec::step::Fft, x: &TensorState) -> Option<TensorState> {
+    fn fft(
+        &mut self,
+        i: usize,
+        f: &crate::spec::step::Fft,
+        x: &TensorState,
+    ) -> Option<TensorState> {
         let here = KeyPath::root().key("steps").index(i);
         let nd = x.shape.len();
         if !(2..=3).contains(&nd) {
-            self.err(Diagnostic::value(here.key("input"), format!("fft transforms 2-D or 3-D tensors, but `{}` has shape {:?}", f.input, x.shape)));
+            self.err(Diagnostic::value(
+                here.key("input"),
+                format!(
+                    "fft transforms 2-D or 3-D tensors, but `{}` has shape {:?}",
+                    f.input, x.shape
+                ),
+            ));
             return None;
         }
         let (want, out_dtype) = match f.kind {
             FftKind::C2c => (x.dtype.is_complex(), Some(x.dtype)),
-            FftKind::R2c => (matches!(x.dtype, DType::F32 | DType::F64), x.dtype.to_complex()),
+            FftKind::R2c => (
+                matches!(x.dtype, DType::F32 | DType::F64),
+                x.dtype.to_complex(),
+            ),
             FftKind::C2r => (x.dtype.is_complex(), x.dtype.to_real()),
         };
         if !want {
@@ -885,16 +1097,27 @@ impl Resolver<'_> {
                 _ => "c64 or c128",
             };
             self.err(
-                Diagnostic::value(here.key("input"), format!("a {:?} fft takes {need}, but `{}` is {}", f.kind, f.input, x.dtype).to_lowercase())
-                    .help("kind = \"c2c\" takes complex, \"r2c\" real, \"c2r\" complex input"),
+                Diagnostic::value(
+                    here.key("input"),
+                    format!(
+                        "a {:?} fft takes {need}, but `{}` is {}",
+                        f.kind, f.input, x.dtype
+                    )
+                    .to_lowercase(),
+                )
+                .help("kind = \"c2c\" takes complex, \"r2c\" real, \"c2r\" complex input"),
             );
             return None;
         }
         let out_dtype = out_dtype.expect("kind and dtype agree");
         if f.kind != FftKind::C2c && f.out.is_none() {
             self.err(
-                Diagnostic::value(here.clone(), format!("{:?} changes the dtype, so it cannot run in place", f.kind).to_lowercase())
-                    .help("name an `out` tensor"),
+                Diagnostic::value(
+                    here.clone(),
+                    format!("{:?} changes the dtype, so it cannot run in place", f.kind)
+                        .to_lowercase(),
+                )
+                .help("name an `out` tensor"),
             );
             return None;
         }
@@ -906,14 +1129,18 @@ impl Resolver<'_> {
             FftKind::R2c => shape[last] = x.shape[last] / 2 + 1,
             FftKind::C2r => {
                 shape[last] = match declared {
-                    Some(d) if d.shape.len() == nd && d.shape[last] / 2 + 1 == x.shape[last] => d.shape[last],
+                    Some(d) if d.shape.len() == nd && d.shape[last] / 2 + 1 == x.shape[last] => {
+                        d.shape[last]
+                    }
                     _ => 2 * x.shape[last].saturating_sub(1),
                 }
             }
         }
         let dist = match (&x.dist, f.reshape) {
             (Distribution::Slab(a), true) if a.index() < 2 => x.dist.clone(),
-            (Distribution::Slab(a), false) if a.index() < 2 => Distribution::Slab(Axis::Index(1 - a.index() as u8)),
+            (Distribution::Slab(a), false) if a.index() < 2 => {
+                Distribution::Slab(Axis::Index(1 - a.index() as u8))
+            }
             (Distribution::Boxes(_), _) => match declared.and_then(|d| d.distribution.clone()) {
                 Some(d @ Distribution::Boxes(_)) => d,
                 _ if f.reshape && f.kind == FftKind::C2c => x.dist.clone(),
@@ -926,33 +1153,68 @@ impl Resolver<'_> {
                 }
             },
             _ => {
-                self.expect_dist(i, "input", &f.input, &x.dist, "{ slab = 0 }, { slab = 1 } or boxes", false);
-                return None;
-            }
-        };
-        if let Some(p) = self.ranks {
-            if matches!(x.dist, Distribution::Slab(_)) && (x.shape[0] < p || x.shape[1] < p) {
-                self.err(
-                    Diagnostic::value(here.key("input"), format!("a slab fft of shape {:?} on {p} ranks leaves a rank without rows", x.shape))
-                        .help(format!("the first two axes need at least {p} elements each")),
+                self.expect_dist(
+                    i,
+                    "input",
+                    &f.input,
+                    &x.dist,
+                    "{ slab = 0 }, { slab = 1 } or boxes",
+                    false,
                 );
                 return None;
             }
+        };
+        if let Some(p) = self.ranks
+            && matches!(x.dist, Distribution::Slab(_))
+            && (x.shape[0] < p || x.shape[1] < p)
+        {
+            self.err(
+                Diagnostic::value(
+                    here.key("input"),
+                    format!(
+                        "a slab fft of shape {:?} on {p} ranks leaves a rank without rows",
+                        x.shape
+                    ),
+                )
+                .help(format!(
+                    "the first two axes need at least {p} elements each"
+                )),
+            );
+            return None;
         }
-        Some(TensorState { shape, dtype: out_dtype, layout: x.layout, dist })
+        Some(TensorState {
+            shape,
+            dtype: out_dtype,
+            layout: x.layout,
+            dist,
+        })
     }
 
     fn check_output(&mut self) {
         let here = KeyPath::root().key("output").key("tensors");
         let names: Vec<String> = self.tensors.keys().cloned().collect();
         for (j, name) in self.loaded.spec.output.tensors.iter().enumerate() {
-            if self.tensors.get(name).is_some_and(|t| !t.states.is_empty()) {
+            let written = self.tensors.get(name).is_some_and(|t| !t.states.is_empty());
+            // A tensor whose writing step has errors of its own needs no second report.
+            let attempted = self
+                .loaded
+                .spec
+                .steps
+                .iter()
+                .any(|s| s.output().is_some_and(|(_, o)| o == name));
+            if written || attempted {
                 continue;
             }
             let d = if self.tensors.contains_key(name) {
-                Diagnostic::value(here.index(j), format!("tensor `{name}` is never written: it has no init and no step writes it"))
+                Diagnostic::value(
+                    here.index(j),
+                    format!(
+                        "tensor `{name}` is never written: it has no init and no step writes it"
+                    ),
+                )
             } else {
-                Diagnostic::value(here.index(j), format!("no tensor named `{name}`")).choices(name, &names)
+                Diagnostic::value(here.index(j), format!("no tensor named `{name}`"))
+                    .choices(name, &names)
             };
             self.err(d);
         }

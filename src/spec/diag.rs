@@ -150,8 +150,16 @@ pub fn did_you_mean<'a, S: AsRef<str>>(got: &str, choices: &'a [S]) -> Option<&'
     choices
         .iter()
         .map(|c| c.as_ref())
-        .map(|c| (c, strsim::damerau_levenshtein(&got_lower, &c.to_lowercase())))
-        .filter(|(c, d)| *d <= (c.len().max(got.len()) / 3).max(1) && *d < c.len())
+        .map(|c| {
+            (
+                c,
+                strsim::damerau_levenshtein(&got_lower, &c.to_lowercase()),
+            )
+        })
+        .filter(|(c, d)| {
+            (*d <= (c.len().max(got.len()) / 3).max(1) && *d < c.len().max(got.len()))
+                || (got.len() >= 2 && c.to_lowercase().starts_with(&got_lower))
+        })
         .min_by_key(|(_, d)| *d)
         .map(|(c, _)| c)
 }
@@ -251,6 +259,7 @@ mod tests {
         assert_eq!(did_you_mean("distribuion", &keys), Some("distribution"));
         assert_eq!(did_you_mean("dtyp", &keys), Some("dtype"));
         assert_eq!(did_you_mean("colour", &keys), None);
+        assert_eq!(did_you_mean("hi", &["low", "high"]), Some("high"));
     }
 
     #[test]

@@ -14,7 +14,8 @@ pub struct NpyHeader {
 
 /// Reads only the header of a .npy file.
 pub fn read_header(path: &Path) -> Result<NpyHeader, String> {
-    let file = std::fs::File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    let file =
+        std::fs::File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
     let npy = npyz::NpyFile::new(std::io::BufReader::new(file))
         .map_err(|e| format!("{} is not a .npy file: {e}", path.display()))?;
     Ok(NpyHeader {

@@ -43,18 +43,22 @@ pub fn check(doc: &Value) -> Vec<Diagnostic> {
     out
 }
 
-/// What the entry at a path is called in messages: its key, or the key of its array.
+/// What the entry at a path is called in messages: `tensor `a``, `steps[1]`, or its key.
 fn what(path: &KeyPath) -> String {
     use super::diag::Seg;
-    match path.0.iter().rev().find_map(|s| match s {
-        Seg::Key(k) => Some(k.clone()),
-        Seg::Index(_) => None,
-    }) {
-        Some(k) if path.0.len() >= 2 && path.0[0] == Seg::Key("tensors".into()) && path.0.len() == 2 => {
-            format!("tensor `{k}`")
+    match path.0.as_slice() {
+        [Seg::Key(t), Seg::Key(name)] if t == "tensors" => format!("tensor `{name}`"),
+        [.., Seg::Index(_)] => {
+            // From the last key on: `shape[1]`, `steps[2]`.
+            let from = path
+                .0
+                .iter()
+                .rposition(|s| matches!(s, Seg::Key(_)))
+                .unwrap_or(0);
+            format!("`{}`", KeyPath(path.0[from..].to_vec()))
         }
-        Some(k) => format!("`{k}`"),
-        None => "the spec".to_string(),
+        [.., Seg::Key(k)] => format!("`{k}`"),
+        [] => "the spec".to_string(),
     }
 }
 
@@ -151,13 +155,15 @@ fn explain(err: &ValidationError<'_>, doc: &Value, out: &mut Vec<Diagnostic>) {
                 format!("{} must be {expected_value}", what(&path)),
             ));
         }
-        ValidationErrorKind::Minimum { limit } | ValidationErrorKind::ExclusiveMinimum { limit } => {
+        ValidationErrorKind::Minimum { limit }
+        | ValidationErrorKind::ExclusiveMinimum { limit } => {
             out.push(Diagnostic::value(
                 path.clone(),
                 format!("{} is {instance}, below the minimum {limit}", what(&path)),
             ));
         }
-        ValidationErrorKind::Maximum { limit } | ValidationErrorKind::ExclusiveMaximum { limit } => {
+        ValidationErrorKind::Maximum { limit }
+        | ValidationErrorKind::ExclusiveMaximum { limit } => {
             out.push(Diagnostic::value(
                 path.clone(),
                 format!("{} is {instance}, above the maximum {limit}", what(&path)),
@@ -182,7 +188,10 @@ fn explain(err: &ValidationError<'_>, doc: &Value, out: &mut Vec<Diagnostic>) {
         )),
         ValidationErrorKind::Pattern { pattern } => out.push(Diagnostic::value(
             path.clone(),
-            format!("{} is {instance}, which does not match {pattern}", what(&path)),
+            format!(
+                "{} is {instance}, which does not match {pattern}",
+                what(&path)
+            ),
         )),
         ValidationErrorKind::MinLength { limit } => out.push(Diagnostic::value(
             path.clone(),
@@ -237,7 +246,8 @@ fn explain_alternatives(
 ) {
     let op_at = format!("{at}/op");
     let tagged = context.iter().flatten().any(|e| {
-        e.instance_path().as_str() == op_at && matches!(e.kind(), ValidationErrorKind::Constant { .. })
+        e.instance_path().as_str() == op_at
+            && matches!(e.kind(), ValidationErrorKind::Constant { .. })
     });
     let rejects = |e: &ValidationError<'_>| {
         let here = e.instance_path().as_str();
@@ -279,17 +289,27 @@ fn explain_alternatives(
             ValidationErrorKind::Constant { expected_value } if here == at => {
                 names.extend(strings(std::slice::from_ref(expected_value)))
             }
-            ValidationErrorKind::Enum { options } if here == at => {
-                names.extend(strings(options.as_array().map(Vec::as_slice).unwrap_or(&[])))
-            }
+            ValidationErrorKind::Enum { options } if here == at => names.extend(strings(
+                options.as_array().map(Vec::as_slice).unwrap_or(&[]),
+            )),
             ValidationErrorKind::Required { property } if !tagged && here == at => {
                 names.extend(strings(std::slice::from_ref(property)))
             }
             ValidationErrorKind::Type { .. } if here == at => {
-                if let Some(t) = schema_at(e.schema_path().as_str()).and_then(Value::as_str) {
-                    if t != "string" && t != "object" && t != "null" {
-                        kinds.push(type_name(t).to_string());
+                let schema_path = e.schema_path().as_str();
+                match schema_at(schema_path).and_then(Value::as_str) {
+                    Some("object") => {
+                        let branch = schema_at(parent_pointer(schema_path));
+                        if let Some([Value::String(key)]) = branch
+                            .and_then(|b| b.get("required"))
+                            .and_then(Value::as_array)
+                            .map(Vec::as_slice)
+                        {
+                            kinds.push(format!("{{ {key} = ... }}"));
+                        }
                     }
+                    Some(t) if t != "string" && t != "null" => kinds.push(type_name(t).to_string()),
+                    _ => {}
                 }
             }
             _ => {}
@@ -326,12 +346,18 @@ fn explain_alternatives(
         Value::Object(map) => {
             let keys: Vec<&String> = map.keys().collect();
             let message = match keys.as_slice() {
-                [] => format!("{} needs one of its forms, found an empty table", what(path)),
+                [] => format!(
+                    "{} needs one of its forms, found an empty table",
+                    what(path)
+                ),
                 [k] => format!("`{k}` is not a valid {}", what(path)),
                 _ => format!(
                     "{} takes one key, found {}",
                     what(path),
-                    keys.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
+                    keys.iter()
+                        .map(|k| format!("`{k}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
             };
             let got = keys.first().map(|k| k.as_str()).unwrap_or("");
@@ -341,7 +367,9 @@ fn explain_alternatives(
             };
             out.push(target.choices(got, &alternatives));
         }
-        Value::String(s) => out.push(bad_choice(path, instance, &alternatives).choices(s, &alternatives)),
+        Value::String(s) => {
+            out.push(bad_choice(path, instance, &alternatives).choices(s, &alternatives))
+        }
         other => out.push(
             Diagnostic::value(
                 path.clone(),

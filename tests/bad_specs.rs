@@ -1,0 +1,147 @@
+//! The corpus of bad specs under tests/bad: each file says, in `# expect:` lines, the
+//! `LINE:COL: message` of every error it must produce (and `# expect-help:` hints); validation
+//! must exit 2, report exactly those errors, and print the source line with a caret.
+
+mod common;
+use common::*;
+
+#[test]
+fn every_bad_spec_reports_its_errors_with_positions() {
+    let dir = root().join("tests/bad");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 15, "the corpus shrank: {files:?}");
+    for file in files {
+        let rel = file.strip_prefix(root()).unwrap().display().to_string();
+        let text = std::fs::read_to_string(&file).unwrap();
+        let expects: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# expect: "))
+            .collect();
+        let helps: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# expect-help: "))
+            .collect();
+        assert!(!expects.is_empty(), "{rel} has no `# expect:` line");
+        let ran = Distrun::new().args(["validate", &rel]).run();
+        assert_eq!(
+            ran.code, 2,
+            "{rel} must be refused with exit 2:\n{}",
+            ran.stderr
+        );
+        assert!(
+            ran.stdout.is_empty(),
+            "{rel}: nothing on stdout for an invalid spec"
+        );
+        let headers: Vec<&str> = ran
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with(&format!("{rel}:")))
+            .collect();
+        for expect in &expects {
+            let (pos, message) = expect.split_at(expect.find(": ").unwrap());
+            let message = &message[2..];
+            let prefix = format!("{rel}:{pos}: ");
+            assert!(
+                headers
+                    .iter()
+                    .any(|h| h.starts_with(&prefix) && h.contains(message)),
+                "{rel}: expected `{prefix}...{message}` in:\n{}",
+                ran.stderr
+            );
+            // The offending line is quoted with a caret under the spot.
+            let line: usize = pos.split(':').next().unwrap().parse().unwrap();
+            let col: usize = pos.split(':').nth(1).unwrap().parse().unwrap();
+            let source = text.lines().nth(line - 1).unwrap();
+            let quoted = format!("{line} | {source}");
+            let at = ran
+                .stderr
+                .find(&quoted)
+                .unwrap_or_else(|| panic!("{rel}: line {line} not quoted:\n{}", ran.stderr));
+            let caret_line = ran.stderr[at..].lines().nth(1).unwrap();
+            let bar = caret_line.find("| ").unwrap();
+            assert_eq!(
+                caret_line[bar + 2..].find('^').map(|c| c + 1),
+                Some(col),
+                "{rel}: caret of {pos}:\n{}",
+                ran.stderr
+            );
+        }
+        for help in helps {
+            assert!(
+                ran.stderr.contains(help),
+                "{rel}: expected help `{help}` in:\n{}",
+                ran.stderr
+            );
+        }
+        let count = expects.len();
+        let summary = format!(
+            "{rel}: {count} error{}; nothing was run",
+            if count == 1 { "" } else { "s" }
+        );
+        assert!(
+            ran.stderr.contains(&summary),
+            "{rel}: expected exactly {count} errors:\n{}",
+            ran.stderr
+        );
+        if !expects.iter().any(|e| e.contains("TOML syntax")) {
+            assert!(
+                ran.stderr.contains("= at: "),
+                "{rel}: errors name their key path"
+            );
+        }
+    }
+}
+
+#[test]
+fn every_error_of_a_spec_is_reported_at_once() {
+    let spec = temp_spec(
+        "many",
+        r#"[job]
+name = "many"
+[tensors.a]
+shape = [4, 0]
+dtype = "f32"
+layout = "G"
+init = { fill = "x" }
+[[steps]]
+op = "barrier"
+warmup = -1
+"#,
+    );
+    let ran = Distrun::new()
+        .args(["validate", spec.to_str().unwrap()])
+        .run()
+        .code(2);
+    for needle in [
+        ":4:13: `shape[1]` is 0, below the minimum 1",
+        ":6:10: `G` is not a valid `layout`",
+        ":7:17: `fill` must be a number",
+        ":10:10: `warmup` is -1, below the minimum 0",
+        "4 errors; nothing was run",
+    ] {
+        assert!(
+            ran.stderr.contains(needle),
+            "missing `{needle}` in:\n{}",
+            ran.stderr
+        );
+    }
+}
+
+#[test]
+fn a_missing_file_is_an_invalid_spec() {
+    let ran = Distrun::new()
+        .args(["validate", "specs/no-such.toml"])
+        .run()
+        .code(2);
+    assert!(
+        ran.stderr
+            .contains("specs/no-such.toml: cannot read the spec"),
+        "{}",
+        ran.stderr
+    );
+}
