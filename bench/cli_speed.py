@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""How fast distrun checks and plans specs, beside a peer in the same run.
+
+- `distrun validate` of a 500-step spec (every pass: TOML, schema, meaning), against
+  check-jsonschema validating the same file against the same schema (schema pass only).
+- `distrun plan --ranks 4096` of specs/gemm_block_cyclic.toml (local shapes of 4096 ranks,
+  algorithm choice, heap), table and JSON.
+
+Times are wall-clock medians of whole process runs (start to exit). Run from the repository root
+after `cargo build --release`: python3 bench/cli_speed.py
+"""
+import os, statistics, subprocess, sys, tempfile, time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DISTRUN = os.path.join(ROOT, "target", "release", "distrun")
+CHECK = os.path.join(ROOT, ".tools", "venv", "bin", "check-jsonschema")
+SCHEMA = os.path.join(ROOT, "schemas", "distrun.schema.json")
+
+
+def spec_with_steps(n):
+    """A spec of n steps cycling through the collectives, each reading and writing tensors."""
+    lines = ['#:schema ../schemas/distrun.schema.json', '[job]', 'name = "many-steps"', '',
+             '[tensors.p]', 'shape = [64, 32]', 'dtype = "f32"', 'distribution = "partial"',
+             'init = { uniform = {} }', '',
+             '[tensors.s]', 'shape = [64, 32]', 'dtype = "f32"', 'distribution = { slab = 0 }',
+             'init = "ones"', '']
+    kinds = [
+        ('all_reduce', 'input = "p"\nout = "{o}"\nreduce = "sum"'),
+        ('all_gather', 'input = "s"\nout = "{o}"'),
+        ('redistribute', 'input = "s"\nout = "{o}"\ndistribution = { block_cyclic = { blocks = [8, 8] } }'),
+        ('reduce_scatter', 'input = "p"\nout = "{o}"\nreduce = "max"'),
+        ('matmul', 'a = "s"\nb = "s"\ntranspose_b = true\nout = "{o}"'),
+    ]
+    for i in range(n):
+        op, body = kinds[i % len(kinds)]
+        lines += ['[[steps]]', f'op = "{op}"', body.replace("{o}", f"t{i}"), 'iterations = 3', 'check = true', '']
+    return "\n".join(lines)
+
+
+def median_time(cmd, runs):
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        times.append(time.perf_counter() - t0)
+        if r.returncode != 0:
+            sys.exit(f"{' '.join(cmd)} failed: {r.stderr.decode()}")
+    return statistics.median(times)
+
+
+def main():
+    if not os.path.exists(DISTRUN):
+        sys.exit("build first: cargo build --release")
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = os.path.join(tmp, "many.toml")
+        with open(spec, "w") as f:
+            f.write(spec_with_steps(500))
+        v = median_time([DISTRUN, "validate", "--ranks", "4", spec], 30)
+        print(f"distrun validate, 500 steps (all three passes): {v*1e3:7.1f} ms")
+        if os.path.exists(CHECK):
+            c = median_time([CHECK, "--schemafile", SCHEMA, spec], 5)
+            print(f"check-jsonschema, same file (schema only):      {c*1e3:7.1f} ms   ratio {c/v:.1f}x")
+    bc = os.path.join(ROOT, "specs", "gemm_block_cyclic.toml")
+    p = median_time([DISTRUN, "plan", bc, "--ranks", "4096"], 20)
+    print(f"distrun plan --ranks 4096 gemm_block_cyclic (table): {p*1e3:7.1f} ms")
+    pj = median_time([DISTRUN, "plan", bc, "--ranks", "4096", "--json"], 20)
+    print(f"distrun plan --ranks 4096 gemm_block_cyclic (json):  {pj*1e3:7.1f} ms")
+
+
+if __name__ == "__main__":
+    main()
