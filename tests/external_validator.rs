@@ -42,7 +42,10 @@ fn check_jsonschema_rejects_broken_specs() {
     for (file, needle) in [
         ("tests/bad/key_typo.toml", "'distribuion' was unexpected"),
         ("tests/bad/wrong_type.toml", "is not of type 'array'"),
-        ("tests/bad/unknown_dtype.toml", "$.tensors.a.dtype: 'float32'"),
+        (
+            "tests/bad/unknown_dtype.toml",
+            "$.tensors.a.dtype: 'float32'",
+        ),
         ("tests/bad/unknown_op.toml", "steps[1]"),
     ] {
         let mut cmd = check_jsonschema();

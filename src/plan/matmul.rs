@@ -133,15 +133,13 @@ fn candidates(case: &MatmulCase<'_>) -> Vec<Candidate> {
         );
     }
     if let Some(out_dist) = summa_out(case) {
-        let grid = match case.a {
-            Distribution::Block(b) => b.grid.clone(),
-            Distribution::BlockCyclic(c) => c.grid.clone(),
-            _ => None,
+        let given = match case.a {
+            Distribution::Block(b) => &b.grid,
+            Distribution::BlockCyclic(c) => &c.grid,
+            _ => &None,
         };
-        let (pr, pc) = match grid.as_deref() {
-            Some([r, c]) => (*r as f64, *c as f64),
-            _ => (p.sqrt(), p.sqrt()),
-        };
+        let grid = crate::dist::process_grid(given, p as u64, 2);
+        let (pr, pc) = (grid[0] as f64, grid[1] as f64);
         let cost = size_a / pr * (pc - 1.0) / pc + size_b / pc * (pr - 1.0) / pr;
         add(
             Summa,

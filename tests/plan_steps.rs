@@ -1,0 +1,197 @@
+//! What the planner resolves for each op: the natural distribution of every output, FFT shapes,
+//! in-place state changes and matmul algorithm choices, read from `distrun plan --json`.
+
+mod common;
+use common::*;
+use serde_json::{Value, json};
+
+fn plan(spec: &str, ranks: u64) -> Value {
+    Distrun::new()
+        .args(["plan", spec, "--ranks", &ranks.to_string(), "--json"])
+        .run()
+        .code(0)
+        .json()
+}
+
+#[test]
+fn collectives_give_their_natural_distributions() {
+    let p = plan("specs/collectives.toml", 4);
+    let dist = |n: &str| p["tensors"][n]["distribution"].clone();
+    assert_eq!(dist("p_sum"), json!("replicated"));
+    assert_eq!(dist("p_max"), json!({"root": 1}));
+    assert_eq!(dist("p_avg"), json!({"slab": 0}));
+    assert_eq!(dist("r_all"), json!("replicated"));
+    assert_eq!(dist("r_rows"), json!({"slab": 0}));
+    assert_eq!(dist("s_all"), json!("replicated"));
+    assert_eq!(dist("s_root"), json!({"root": 3}));
+    assert_eq!(dist("t_swapped"), json!({"slab": 1}));
+    assert_eq!(dist("ring_next"), json!({"slab": 0}));
+    // A root tensor: only its root holds a piece.
+    assert_eq!(
+        p["tensors"]["s_root"]["local_shapes"],
+        json!([[], [], [], [12, 8]])
+    );
+    assert_eq!(
+        p["tensors"]["t_swapped"]["local_shapes"][0],
+        json!([4, 1, 16])
+    );
+}
+
+#[test]
+fn fft_shapes_and_slabs() {
+    let spec = temp_spec(
+        "fftshapes",
+        r#"[job]
+name = "fftshapes"
+[tensors.x]
+shape = [30, 27, 33]
+dtype = "f64"
+distribution = { slab = "x" }
+init = { uniform = {} }
+[tensors.back]
+shape = [30, 27, 33]
+dtype = "f64"
+[[steps]]
+op = "fft"
+input = "x"
+out = "xf"
+kind = "r2c"
+reshape = false
+[[steps]]
+op = "fft"
+input = "xf"
+out = "back"
+kind = "c2r"
+direction = "inverse"
+reshape = false
+"#,
+    );
+    let p = plan(spec.to_str().unwrap(), 3);
+    let xf = &p["tensors"]["xf"];
+    assert_eq!(xf["shape"], json!([30, 27, 17]));
+    assert_eq!(xf["dtype"], "c128");
+    assert_eq!(xf["distribution"], json!({"slab": 1}));
+    assert_eq!(
+        xf["local_shapes"],
+        json!([[30, 9, 17], [30, 9, 17], [30, 9, 17]])
+    );
+    // The declared odd size wins over 2*(m-1).
+    assert_eq!(p["tensors"]["back"]["shape"], json!([30, 27, 33]));
+    assert_eq!(p["tensors"]["back"]["distribution"], json!({"slab": 0}));
+}
+
+#[test]
+fn in_place_all_reduce_changes_the_distribution_from_then_on() {
+    let spec = temp_spec(
+        "inplace",
+        r#"[job]
+name = "inplace"
+[tensors.g]
+shape = [64, 8]
+dtype = "f32"
+distribution = "partial"
+init = "ones"
+[[steps]]
+op = "all_reduce"
+input = "g"
+[[steps]]
+op = "redistribute"
+input = "g"
+out = "h"
+distribution = { slab = 0 }
+"#,
+    );
+    let p = plan(spec.to_str().unwrap(), 2);
+    assert_eq!(p["tensors"]["g"]["distribution"], "partial");
+    assert_eq!(p["tensors"]["g"]["final_distribution"], "replicated");
+    assert_eq!(p["steps"][0]["outputs"], json!(["g"]));
+    assert_eq!(p["tensors"]["h"]["local_shapes"], json!([[32, 8], [32, 8]]));
+}
+
+fn matmul_spec(name: &str, a: &str, b: &str, extra: &str) -> String {
+    let text = format!(
+        "[job]\nname = \"{name}\"\n[tensors.a]\nshape = [256, 128]\ndtype = \"f32\"\ndistribution = {a}\ninit = \"ones\"\n[tensors.b]\nshape = [128, 64]\ndtype = \"f32\"\ndistribution = {b}\ninit = \"ones\"\n[[steps]]\nop = \"matmul\"\na = \"a\"\nb = \"b\"\nout = \"c\"\n{extra}\n"
+    );
+    temp_spec(name, &text).display().to_string()
+}
+
+#[test]
+fn matmul_algorithms_follow_the_distributions() {
+    let cases = [
+        (
+            "{ slab = 0 }",
+            "\"replicated\"",
+            "",
+            "local",
+            json!({"slab": 0}),
+            0,
+        ),
+        // k split on both sides: reduce-scatter the partial products.
+        (
+            "{ slab = 1 }",
+            "{ slab = 0 }",
+            "",
+            "gemm_rs",
+            json!({"slab": 0}),
+            256 * 64 * 4 / 2,
+        ),
+        (
+            "{ slab = 1 }",
+            "{ slab = 0 }",
+            "algorithm = \"gemm_ar\"",
+            "gemm_ar",
+            json!("replicated"),
+            256 * 64 * 4,
+        ),
+        // rows of a, columns of b: gathering b (32 KiB) beats gathering a (128 KiB).
+        (
+            "{ slab = 0 }",
+            "{ slab = 1 }",
+            "",
+            "ag_gemm",
+            json!({"slab": 0}),
+            128 * 64 * 4 / 2,
+        ),
+        (
+            "{ block_cyclic = { blocks = [32, 32] } }",
+            "{ block_cyclic = { blocks = [32, 16] } }",
+            "",
+            "summa",
+            json!({"block_cyclic": {"grid": [2, 1], "blocks": [32, 16], "grid_layout": "col-major", "first": [0, 0]}}),
+            // on a 2x1 grid each rank receives the half of b it lacks.
+            128 * 64 * 4 / 2,
+        ),
+        (
+            "{ root = 0 }",
+            "\"replicated\"",
+            "",
+            "redistribute",
+            json!({"slab": 0}),
+            256 * 128 * 4 / 2,
+        ),
+    ];
+    for (i, (a, b, extra, algorithm, out, bytes)) in cases.into_iter().enumerate() {
+        let spec = matmul_spec(&format!("mm{i}"), a, b, extra);
+        let p = plan(&spec, 2);
+        assert_eq!(
+            p["steps"][0]["algorithm"], algorithm,
+            "case {i}: a {a}, b {b}"
+        );
+        assert_eq!(p["tensors"]["c"]["distribution"], out, "case {i}");
+        assert_eq!(p["steps"][0]["bytes_sent_per_rank"], bytes, "case {i}");
+    }
+}
+
+#[test]
+fn block_cyclic_gemm_plans_for_4096_ranks() {
+    let p = plan("specs/gemm_block_cyclic.toml", 4096);
+    let a = &p["tensors"]["a"];
+    assert_eq!(a["distribution"]["block_cyclic"]["grid"], json!([64, 64]));
+    let shapes = a["local_shapes"].as_array().unwrap();
+    assert_eq!(shapes.len(), 4096);
+    // 1000 rows in 64-row blocks: 16 blocks (the last of 40 rows) over 64 process rows.
+    assert_eq!(shapes[0], json!([64, 64]));
+    assert_eq!(shapes[15], json!([40, 64]));
+    assert_eq!(shapes[16], json!([0, 64]));
+    assert_eq!(p["steps"][0]["algorithm"], "summa");
+}
