@@ -378,8 +378,8 @@ impl Resolver<'_> {
         None
     }
 
-    /// Records a step's result. `fixed` says whether the op sets the distribution (collectives)
-    /// or takes a declared one (matmul, redistribute).
+    /// Records a step's result under `name`, checking it against the name's declaration (an
+    /// in-place result keeps the tensor's declaration and only changes its state).
     fn write(
         &mut self,
         step: usize,
@@ -588,257 +588,195 @@ impl Resolver<'_> {
             return info;
         }
         let ins: Vec<TensorState> = ins.into_iter().flatten().collect();
+        let result = match step {
+            Step::Matmul(m) => return self.matmul(i, m, &ins, info),
+            Step::Fft(f) => self.fft(i, f, &ins[0]),
+            Step::Redistribute(r) => self.redistribute(i, r, &ins[0]),
+            Step::Barrier(_) => None,
+            _ => self.collective(i, step, &ins[0]).map(|dist| TensorState {
+                dist,
+                ..ins[0].clone()
+            }),
+        };
+        if let (Some(out), Some((key, name))) = (result, step.output()) {
+            self.write(i, key, name, out, key == "input");
+        }
+        info
+    }
+
+    fn redistribute(
+        &mut self,
+        i: usize,
+        r: &crate::spec::step::Redistribute,
+        x: &TensorState,
+    ) -> Option<TensorState> {
+        let here = KeyPath::root().key("steps").index(i).key("distribution");
+        if r.distribution == Distribution::Partial {
+            self.err(
+                Diagnostic::value(here, "redistribute cannot make a partial tensor").help(
+                    "partial tensors come from an init; reduce them with all_reduce or reduce_scatter",
+                ),
+            );
+            return None;
+        }
+        let moved = x.dist != Distribution::Partial;
+        if !self.expect_dist(i, "input", &r.input, &x.dist, "non-partial", moved) {
+            return None;
+        }
+        let found = dist::check(&r.distribution, &x.shape, self.ranks, &here);
+        let ok = found.is_empty();
+        self.diags.extend(found);
+        ok.then(|| TensorState {
+            dist: r.distribution.clone(),
+            layout: r.layout.unwrap_or(x.layout),
+            ..x.clone()
+        })
+    }
+
+    /// The root holding `x` when the step's own `root` (if given) agrees with it.
+    fn root_of(
+        &mut self,
+        i: usize,
+        given: Option<u32>,
+        input: &str,
+        x: &TensorState,
+    ) -> Option<u32> {
+        let Distribution::Root(r) = x.dist else {
+            self.expect_dist(i, "input", input, &x.dist, "root", false);
+            return None;
+        };
+        if let Some(given) = given.filter(|&g| g != r) {
+            self.err(
+                Diagnostic::value(
+                    KeyPath::root().key("steps").index(i).key("root"),
+                    format!("root = {given} but `{input}` is held by rank {r}"),
+                )
+                .help(format!("leave root out, or set it to {r}")),
+            );
+            return None;
+        }
+        Some(r)
+    }
+
+    /// Checks a collective and returns the distribution of its result.
+    fn collective(&mut self, i: usize, step: &Step, x: &TensorState) -> Option<Distribution> {
         let here = KeyPath::root().key("steps").index(i);
         let slab = |a: usize| Distribution::Slab(Axis::Index(a as u8));
-        let with = |s: &TensorState, dist: Distribution| TensorState { dist, ..s.clone() };
+        let partial = x.dist == Distribution::Partial;
+        let is_slab = matches!(x.dist, Distribution::Slab(_));
+        let slab0 = matches!(x.dist, Distribution::Slab(a) if a.index() == 0);
         match step {
-            Step::Matmul(m) => return self.matmul(i, m, &ins, info),
-            Step::Fft(f) => {
-                if let Some(out) = self.fft(i, f, &ins[0]) {
-                    let (key, name) = step.output().expect("fft writes");
-                    self.write(i, key, name, out, f.out.is_none());
-                }
-            }
-            Step::Redistribute(r) => {
-                let s = &ins[0];
-                if r.distribution == Distribution::Partial {
-                    self.err(
-                        Diagnostic::value(here.key("distribution"), "redistribute cannot make a partial tensor")
-                            .help("partial tensors come from an init; reduce them with all_reduce or reduce_scatter"),
-                    );
-                } else if self.expect_dist(
-                    i,
-                    "input",
-                    &r.input,
-                    &s.dist,
-                    "non-partial",
-                    s.dist != Distribution::Partial,
-                ) {
-                    let found = dist::check(
-                        &r.distribution,
-                        &s.shape,
-                        self.ranks,
-                        &here.key("distribution"),
-                    );
-                    if found.is_empty() {
-                        let mut out = with(s, r.distribution.clone());
-                        if let Some(l) = r.layout {
-                            out.layout = l;
-                        }
-                        self.write(i, "out", &r.out, out, false);
-                    }
-                    self.diags.extend(found);
-                }
-            }
             Step::AllReduce(s) => {
-                let x = &ins[0];
                 self.check_reduce(i, s.reduce, x.dtype);
-                if self.expect_dist(
-                    i,
-                    "input",
-                    &s.input,
-                    &x.dist,
-                    "partial",
-                    x.dist == Distribution::Partial,
-                ) {
-                    let (key, name) = step.output().expect("writes");
-                    self.write(
-                        i,
-                        key,
-                        name,
-                        with(x, Distribution::Replicated),
-                        s.out.is_none(),
-                    );
-                }
+                self.expect_dist(i, "input", &s.input, &x.dist, "partial", partial)
+                    .then_some(Distribution::Replicated)
             }
             Step::Reduce(s) => {
-                let x = &ins[0];
                 self.check_reduce(i, s.reduce, x.dtype);
-                let ok = self.check_root(i, "root", s.root);
-                if self.expect_dist(
-                    i,
-                    "input",
-                    &s.input,
-                    &x.dist,
-                    "partial",
-                    x.dist == Distribution::Partial,
-                ) && ok
-                {
-                    let (key, name) = step.output().expect("writes");
-                    self.write(
-                        i,
-                        key,
-                        name,
-                        with(x, Distribution::Root(s.root)),
-                        s.out.is_none(),
-                    );
-                }
+                let root = self.check_root(i, "root", s.root);
+                (self.expect_dist(i, "input", &s.input, &x.dist, "partial", partial) && root)
+                    .then_some(Distribution::Root(s.root))
             }
-            Step::Broadcast(s) => {
-                let x = &ins[0];
-                if let Distribution::Root(r) = x.dist {
-                    if s.root.is_some_and(|given| given != r) {
-                        self.err(
-                            Diagnostic::value(
-                                here.key("root"),
-                                format!(
-                                    "root = {} but `{}` is held by rank {r}",
-                                    s.root.unwrap_or(r),
-                                    s.input
-                                ),
-                            )
-                            .help(format!("leave root out, or set it to {r}")),
-                        );
-                    } else {
-                        let (key, name) = step.output().expect("writes");
-                        self.write(
-                            i,
-                            key,
-                            name,
-                            with(x, Distribution::Replicated),
-                            s.out.is_none(),
-                        );
-                    }
-                } else {
-                    self.expect_dist(i, "input", &s.input, &x.dist, "root", false);
-                }
-            }
-            Step::AllGather(s) => {
-                let x = &ins[0];
-                if self.expect_dist(
-                    i,
-                    "input",
-                    &s.input,
-                    &x.dist,
-                    "slab",
-                    matches!(x.dist, Distribution::Slab(_)),
-                ) {
-                    self.write(i, "out", &s.out, with(x, Distribution::Replicated), false);
-                }
-            }
+            Step::Broadcast(s) => self
+                .root_of(i, s.root, &s.input, x)
+                .map(|_| Distribution::Replicated),
+            Step::AllGather(s) => self
+                .expect_dist(i, "input", &s.input, &x.dist, "slab", is_slab)
+                .then_some(Distribution::Replicated),
             Step::ReduceScatter(s) => {
-                let x = &ins[0];
                 self.check_reduce(i, s.reduce, x.dtype);
-                let ok = self.check_divisible(i, s.axis, x);
-                if self.expect_dist(
-                    i,
-                    "input",
-                    &s.input,
-                    &x.dist,
-                    "partial",
-                    x.dist == Distribution::Partial,
-                ) && ok
-                {
-                    self.write(i, "out", &s.out, with(x, slab(s.axis.index())), false);
-                }
+                let even = self.check_divisible(i, s.axis, x);
+                (self.expect_dist(i, "input", &s.input, &x.dist, "partial", partial) && even)
+                    .then(|| slab(s.axis.index()))
             }
             Step::AllToAll(s) => {
-                let x = &ins[0];
                 let p = self.ranks;
                 let square = x.shape.len() >= 2
-                    && p.is_none_or(|p| x.shape[0] == p && x.shape[1] == p)
-                    && x.shape[0] == x.shape[1];
+                    && x.shape[0] == x.shape[1]
+                    && p.is_none_or(|p| x.shape[0] == p);
                 if !square {
                     let want = p.map_or("P".to_string(), |p| p.to_string());
                     self.err(
                         Diagnostic::value(
                             here.key("input"),
-                            format!("all_to_all needs shape [{want}, {want}, ...], but `{}` has {:?}", s.input, x.shape),
+                            format!(
+                                "all_to_all needs shape [{want}, {want}, ...], but `{}` has {:?}",
+                                s.input, x.shape
+                            ),
                         )
                         .help("row j of rank r's piece goes to rank j: the first two axes are the rank count"),
                     );
-                } else if self.expect_dist(
-                    i,
-                    "input",
-                    &s.input,
-                    &x.dist,
-                    "{ slab = 0 }",
-                    matches!(x.dist, Distribution::Slab(a) if a.index() == 0),
-                ) {
-                    self.write(i, "out", &s.out, with(x, slab(1)), false);
+                    return None;
                 }
+                self.expect_dist(i, "input", &s.input, &x.dist, "{ slab = 0 }", slab0)
+                    .then(|| slab(1))
             }
             Step::Gather(s) => {
-                let x = &ins[0];
-                let ok = self.check_root(i, "root", s.root);
-                if self.expect_dist(
-                    i,
-                    "input",
-                    &s.input,
-                    &x.dist,
-                    "slab",
-                    matches!(x.dist, Distribution::Slab(_)),
-                ) && ok
-                {
-                    self.write(i, "out", &s.out, with(x, Distribution::Root(s.root)), false);
-                }
+                let root = self.check_root(i, "root", s.root);
+                (self.expect_dist(i, "input", &s.input, &x.dist, "slab", is_slab) && root)
+                    .then_some(Distribution::Root(s.root))
             }
             Step::Scatter(s) => {
-                let x = &ins[0];
-                if let Distribution::Root(r) = x.dist {
-                    let ok = self.check_divisible(i, s.axis, x);
-                    if s.root.is_some_and(|given| given != r) {
-                        self.err(
-                            Diagnostic::value(
-                                here.key("root"),
-                                format!(
-                                    "root = {} but `{}` is held by rank {r}",
-                                    s.root.unwrap_or(r),
-                                    s.input
-                                ),
-                            )
-                            .help(format!("leave root out, or set it to {r}")),
-                        );
-                    } else if ok {
-                        self.write(i, "out", &s.out, with(x, slab(s.axis.index())), false);
-                    }
-                } else {
-                    self.expect_dist(i, "input", &s.input, &x.dist, "root", false);
-                }
+                self.root_of(i, s.root, &s.input, x)?;
+                self.check_divisible(i, s.axis, x)
+                    .then(|| slab(s.axis.index()))
             }
             Step::SendRecv(s) => {
-                let x = &ins[0];
-                let mut ok = true;
-                if let Some(p) = self.ranks.filter(|&p| x.shape[0] != p) {
-                    ok = false;
-                    self.err(
-                        Diagnostic::value(
-                            here.key("input"),
-                            format!("send_recv needs shape [{p}, ...] (one row per rank), but `{}` has {:?}", s.input, x.shape),
-                        )
-                        .help("rank r holds row r"),
-                    );
-                }
-                if let Some(pairs) = &s.pairs {
-                    let mut seen = std::collections::HashMap::new();
-                    for (j, [src, dst]) in pairs.iter().enumerate() {
-                        if let Some(p) = self.ranks.filter(|&p| u64::from(*src.max(dst)) >= p) {
-                            ok = false;
-                            self.err(
-                                Diagnostic::value(here.key("pairs").index(j), format!("pair [{src}, {dst}] names a rank that does not exist with {p} ranks"))
-                                    .help(format!("use ranks 0 to {}", p - 1)),
-                            );
-                        }
-                        if let Some(k) = seen.insert(*dst, j) {
-                            ok = false;
-                            self.err(
-                                Diagnostic::value(
-                                    here.key("pairs").index(j),
-                                    format!("rank {dst} receives twice (pairs {k} and {j})"),
-                                )
-                                .help("each rank receives at most one row"),
-                            );
-                        }
-                    }
-                }
-                let slab0 = matches!(x.dist, Distribution::Slab(a) if a.index() == 0);
-                if self.expect_dist(i, "input", &s.input, &x.dist, "{ slab = 0 }", slab0) && ok {
-                    self.write(i, "out", &s.out, x.clone(), false);
-                }
+                let pairs_ok = self.check_send_recv(i, s, x);
+                (self.expect_dist(i, "input", &s.input, &x.dist, "{ slab = 0 }", slab0) && pairs_ok)
+                    .then(|| x.dist.clone())
             }
-            Step::Barrier(_) => {}
+            _ => None,
         }
-        info
+    }
+
+    fn check_send_recv(
+        &mut self,
+        i: usize,
+        s: &crate::spec::step::SendRecv,
+        x: &TensorState,
+    ) -> bool {
+        let here = KeyPath::root().key("steps").index(i);
+        let mut ok = true;
+        if let Some(p) = self.ranks.filter(|&p| x.shape[0] != p) {
+            ok = false;
+            self.err(
+                Diagnostic::value(
+                    here.key("input"),
+                    format!(
+                        "send_recv needs shape [{p}, ...] (one row per rank), but `{}` has {:?}",
+                        s.input, x.shape
+                    ),
+                )
+                .help("rank r holds row r"),
+            );
+        }
+        let mut receivers = std::collections::HashMap::new();
+        for (j, [src, dst]) in s.pairs.iter().flatten().enumerate() {
+            if let Some(p) = self.ranks.filter(|&p| u64::from(*src.max(dst)) >= p) {
+                ok = false;
+                self.err(
+                    Diagnostic::value(
+                        here.key("pairs").index(j),
+                        format!(
+                            "pair [{src}, {dst}] names a rank that does not exist with {p} ranks"
+                        ),
+                    )
+                    .help(format!("use ranks 0 to {}", p - 1)),
+                );
+            }
+            if let Some(k) = receivers.insert(*dst, j) {
+                ok = false;
+                self.err(
+                    Diagnostic::value(
+                        here.key("pairs").index(j),
+                        format!("rank {dst} receives twice (pairs {k} and {j})"),
+                    )
+                    .help("each rank receives at most one row"),
+                );
+            }
+        }
+        ok
     }
 
     fn matmul(
