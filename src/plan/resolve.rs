@@ -195,41 +195,34 @@ impl Resolver<'_> {
 
     fn declare_tensors(&mut self) {
         for (name, t) in &self.loaded.spec.tensors {
-            let here = KeyPath::root().key("tensors").key(name);
-            let ok = self.check_tensor(t, &here);
-            if t.init.is_some() {
-                let dist = t.distribution.clone().unwrap_or(Distribution::Replicated);
-                if ok {
-                    self.current.insert(
-                        name.clone(),
-                        TensorState {
-                            shape: t.shape.clone(),
-                            dtype: t.dtype,
-                            layout: t.layout,
-                            dist,
-                        },
-                    );
-                }
+            // A declaration with errors still exists for the steps, so that they report their own
+            // problems and not a cascade of "no such tensor"; nothing is planned while any error
+            // stands.
+            self.check_tensor(t, &KeyPath::root().key("tensors").key(name));
+            let state = t.init.as_ref().map(|_| TensorState {
+                shape: t.shape.clone(),
+                dtype: t.dtype,
+                layout: t.layout,
+                dist: t.distribution.clone().unwrap_or(Distribution::Replicated),
+            });
+            if let Some(state) = &state {
+                self.current.insert(name.clone(), state.clone());
             }
             self.tensors.insert(
                 name.clone(),
                 TensorInfo {
-                    states: Vec::new(),
+                    states: state.into_iter().collect(),
                     symmetric: t.symmetric,
                     init: t.init.is_some(),
                     producer: None,
                     used_by: Vec::new(),
                 },
             );
-            if let Some(state) = self.current.get(name).cloned() {
-                self.tensors[name].states.push(state);
-            }
         }
     }
 
-    /// Checks one declaration; false when it is unusable.
-    fn check_tensor(&mut self, t: &TensorSpec, here: &KeyPath) -> bool {
-        let mut ok = true;
+    /// Checks one declaration.
+    fn check_tensor(&mut self, t: &TensorSpec, here: &KeyPath) {
         if byte_size(&t.shape, t.dtype).is_none() {
             self.err(
                 Diagnostic::value(
@@ -241,11 +234,9 @@ impl Resolver<'_> {
                 )
                 .help("use a smaller shape"),
             );
-            ok = false;
         }
         if let Some(d) = &t.distribution {
             let found = dist::check(d, &t.shape, self.ranks, &here.key("distribution"));
-            ok &= found.is_empty();
             self.diags.extend(found);
         }
         if let Some(Init::Npy(file)) = &t.init {
@@ -260,7 +251,6 @@ impl Resolver<'_> {
                 .help("use fill, arange, zeros or ones for integer tensors"),
             );
         }
-        ok
     }
 
     fn check_npy(&mut self, t: &TensorSpec, file: &str, here: &KeyPath) {
