@@ -5,5 +5,6 @@
 
 pub mod cli;
 pub mod dist;
+pub mod ops;
 pub mod plan;
 pub mod spec;

@@ -237,22 +237,26 @@ impl<'a> Placement<'a> {
             .collect()
     }
 
-    /// The global regions `rank` holds (one per block for block-cyclic), in local order.
-    pub fn regions(&self, rank: u64) -> Vec<Region> {
+    /// Per axis, the `[lo, hi)` global intervals `rank` holds, in local order: the rank holds
+    /// their Cartesian product. None when it holds nothing.
+    pub fn intervals(&self, rank: u64) -> Option<Vec<Vec<(u64, u64)>>> {
         if let Distribution::Boxes(boxes) = self.dist {
             let [lo, hi] = &boxes[rank as usize];
-            let r = Region {
-                lower: lo.clone(),
-                upper: hi.clone(),
-            };
-            return if r.volume() > 0 { vec![r] } else { vec![] };
+            return Some(lo.iter().zip(hi).map(|(l, h)| vec![(*l, *h)]).collect());
         }
-        let Some((splits, pos)) = self.splits(rank) else {
+        let (splits, pos) = self.splits(rank)?;
+        Some(
+            (0..self.shape.len())
+                .map(|a| splits[a].intervals(self.shape[a], pos[a]))
+                .collect(),
+        )
+    }
+
+    /// The global regions `rank` holds (one per block for block-cyclic), in local order.
+    pub fn regions(&self, rank: u64) -> Vec<Region> {
+        let Some(per_axis) = self.intervals(rank) else {
             return vec![];
         };
-        let per_axis: Vec<Vec<(u64, u64)>> = (0..self.shape.len())
-            .map(|a| splits[a].intervals(self.shape[a], pos[a]))
-            .collect();
         let mut out = vec![Region {
             lower: vec![],
             upper: vec![],
@@ -268,6 +272,7 @@ impl<'a> Placement<'a> {
                         r
                     })
                 })
+                .filter(|r| r.volume() > 0)
                 .collect();
         }
         out

@@ -1,0 +1,309 @@
+//! Planning one all-to-all-v exchange that moves a tensor from one distribution and layout to
+//! another: the box intersections between what each rank holds and what each rank needs, turned
+//! into strided copy runs (pack into the send buffer, unpack from the receive buffer, and the
+//! rank's own part copied directly). Pure: no communication, no device.
+
+use crate::dist::Placement;
+use crate::spec::tensor::{Distribution, Layout};
+
+/// A strided copy of `count` elements: element `i` goes from `src + i*src_stride` to
+/// `dst + i*dst_stride` (in elements).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Run {
+    /// First source element.
+    pub src: usize,
+    /// First destination element.
+    pub dst: usize,
+    /// Elements to copy.
+    pub count: usize,
+    /// Source step between elements.
+    pub src_stride: usize,
+    /// Destination step between elements.
+    pub dst_stride: usize,
+}
+
+/// One side of an exchange: a tensor's distribution and layout over its global shape.
+#[derive(Debug, Clone, Copy)]
+pub struct Side<'a> {
+    /// Distribution over the ranks.
+    pub dist: &'a Distribution,
+    /// Global shape.
+    pub shape: &'a [u64],
+    /// Storage order of each local piece.
+    pub layout: Layout,
+}
+
+/// What one rank does in an exchange.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Exchange {
+    /// Elements sent to each rank (0 for itself).
+    pub send_counts: Vec<usize>,
+    /// Elements received from each rank (0 from itself).
+    pub recv_counts: Vec<usize>,
+    /// Local source piece -> send buffer (ordered by destination rank).
+    pub pack: Vec<Run>,
+    /// Receive buffer (ordered by source rank) -> local destination piece.
+    pub unpack: Vec<Run>,
+    /// Local source piece -> local destination piece, for what the rank keeps.
+    pub local: Vec<Run>,
+}
+
+impl Exchange {
+    /// Elements this rank sends to others.
+    pub fn sent(&self) -> usize {
+        self.send_counts.iter().sum()
+    }
+}
+
+/// One rank's view of a distribution: per-axis intervals with the local index each starts at,
+/// and the strides of its local piece.
+struct Piece {
+    axes: Vec<Vec<(u64, u64, u64)>>,
+    strides: Vec<usize>,
+}
+
+fn piece(side: &Side<'_>, ranks: u64, rank: u64) -> Option<Piece> {
+    let placement = Placement::new(side.dist, side.shape, ranks);
+    let intervals = placement.intervals(rank)?;
+    let axes: Vec<Vec<(u64, u64, u64)>> = intervals
+        .iter()
+        .map(|list| {
+            let mut start = 0;
+            list.iter()
+                .map(|&(lo, hi)| {
+                    let at = start;
+                    start += hi - lo;
+                    (lo, hi, at)
+                })
+                .collect()
+        })
+        .collect();
+    let local: Vec<usize> = axes
+        .iter()
+        .map(|list| list.iter().map(|(lo, hi, _)| (hi - lo) as usize).sum())
+        .collect();
+    Some(Piece {
+        strides: strides(&local, side.layout),
+        axes,
+    })
+}
+
+/// Element strides of a local shape stored in `layout`.
+pub fn strides(shape: &[usize], layout: Layout) -> Vec<usize> {
+    let n = shape.len();
+    let mut s = vec![1; n];
+    match layout {
+        Layout::C => {
+            for a in (0..n.saturating_sub(1)).rev() {
+                s[a] = s[a + 1] * shape[a + 1];
+            }
+        }
+        Layout::F => {
+            for a in 1..n {
+                s[a] = s[a - 1] * shape[a - 1];
+            }
+        }
+    }
+    s
+}
+
+/// The ranks whose pieces feed rank `q` under `from`: itself for replicated data, the root for
+/// root data, everyone otherwise (their pieces do not overlap).
+fn sources(from: &Distribution, q: u64, ranks: u64) -> Vec<u64> {
+    match from {
+        Distribution::Replicated | Distribution::Partial => vec![q],
+        Distribution::Root(r) => vec![u64::from(*r)],
+        _ => (0..ranks).collect(),
+    }
+}
+
+/// Per axis, the intervals both pieces hold: (lo, hi, local start in a, local start in b).
+fn intersect(a: &Piece, b: &Piece) -> Vec<Vec<(u64, u64, u64, u64)>> {
+    a.axes
+        .iter()
+        .zip(&b.axes)
+        .map(|(xs, ys)| {
+            let mut out = Vec::new();
+            let mut sorted_ys: Vec<&(u64, u64, u64)> = ys.iter().collect();
+            sorted_ys.sort_unstable();
+            let mut sorted_xs: Vec<&(u64, u64, u64)> = xs.iter().collect();
+            sorted_xs.sort_unstable();
+            let (mut i, mut j) = (0, 0);
+            while i < sorted_xs.len() && j < sorted_ys.len() {
+                let (xl, xh, xs0) = *sorted_xs[i];
+                let (yl, yh, ys0) = *sorted_ys[j];
+                let (lo, hi) = (xl.max(yl), xh.min(yh));
+                if lo < hi {
+                    out.push((lo, hi, xs0 + (lo - xl), ys0 + (lo - yl)));
+                }
+                if xh <= yh {
+                    i += 1;
+                } else {
+                    j += 1;
+                }
+            }
+            out
+        })
+        .collect()
+}
+
+/// The axes from fastest to slowest in a layout.
+fn order(ndim: usize, layout: Layout) -> Vec<usize> {
+    match layout {
+        Layout::C => (0..ndim).rev().collect(),
+        Layout::F => (0..ndim).collect(),
+    }
+}
+
+/// Runs copying every element the two pieces share, traversed in `traverse` order (fastest axis
+/// first). `a_packed`/`b_packed` replace a side's strides with a contiguous buffer position.
+fn runs(
+    common: &[Vec<(u64, u64, u64, u64)>],
+    a: Option<&Piece>,
+    b: Option<&Piece>,
+    traverse: &[usize],
+    next: &mut usize,
+    out: &mut Vec<Run>,
+) {
+    let nd = common.len();
+    if common.iter().any(Vec::is_empty) {
+        return;
+    }
+    let fast = traverse[0];
+    let slow: Vec<usize> = traverse[1..].to_vec();
+    // Iterate over the intervals of every axis, then over the elements of every slow axis.
+    let mut pick = vec![0usize; nd];
+    loop {
+        let bounds: Vec<(u64, u64, u64, u64)> = (0..nd).map(|ax| common[ax][pick[ax]]).collect();
+        let len = (bounds[fast].1 - bounds[fast].0) as usize;
+        let mut idx = vec![0u64; nd];
+        loop {
+            let offset = |p: Option<&Piece>, second: bool| {
+                p.map(|p| {
+                    (0..nd)
+                        .map(|ax| {
+                            let start = if second { bounds[ax].3 } else { bounds[ax].2 };
+                            (start + idx[ax]) as usize * p.strides[ax]
+                        })
+                        .sum::<usize>()
+                })
+            };
+            let (src, src_stride) = match offset(a, false) {
+                Some(o) => (o, a.expect("some").strides[fast]),
+                None => (*next, 1),
+            };
+            let (dst, dst_stride) = match offset(b, true) {
+                Some(o) => (o, b.expect("some").strides[fast]),
+                None => (*next, 1),
+            };
+            out.push(Run {
+                src,
+                dst,
+                count: len,
+                src_stride,
+                dst_stride,
+            });
+            *next += len;
+            // Odometer over the slow axes within this box.
+            let mut k = 0;
+            loop {
+                if k == slow.len() {
+                    break;
+                }
+                let ax = slow[k];
+                idx[ax] += 1;
+                if idx[ax] < bounds[ax].1 - bounds[ax].0 {
+                    break;
+                }
+                idx[ax] = 0;
+                k += 1;
+            }
+            if k == slow.len() {
+                break;
+            }
+        }
+        // Odometer over the interval choices, fastest axis first.
+        let mut k = 0;
+        loop {
+            if k == nd {
+                return;
+            }
+            let ax = traverse[k];
+            pick[ax] += 1;
+            if pick[ax] < common[ax].len() {
+                break;
+            }
+            pick[ax] = 0;
+            k += 1;
+        }
+    }
+}
+
+/// Plans rank `me`'s part of moving a tensor from `from` to `to` over `ranks` ranks. Elements
+/// travel in the order of `from`'s layout, so packing reads the source contiguously.
+pub fn plan(from: Side<'_>, to: Side<'_>, ranks: u64, me: u64) -> Exchange {
+    let p = ranks as usize;
+    let traverse = order(from.shape.len(), from.layout);
+    let mut ex = Exchange {
+        send_counts: vec![0; p],
+        recv_counts: vec![0; p],
+        ..Exchange::default()
+    };
+    let mine_from = piece(&from, ranks, me);
+    let mine_to = piece(&to, ranks, me);
+    // As a sender, destination by destination.
+    let mut next = 0;
+    if let Some(src) = &mine_from {
+        for q in 0..ranks {
+            if !sources(from.dist, q, ranks).contains(&me) {
+                continue;
+            }
+            let Some(dst) = piece(&to, ranks, q) else {
+                continue;
+            };
+            let common = intersect(src, &dst);
+            if q == me {
+                let mut unused = 0;
+                runs(
+                    &common,
+                    Some(src),
+                    Some(&dst),
+                    &traverse,
+                    &mut unused,
+                    &mut ex.local,
+                );
+            } else {
+                let before = next;
+                runs(&common, Some(src), None, &traverse, &mut next, &mut ex.pack);
+                ex.send_counts[q as usize] = next - before;
+            }
+        }
+    }
+    // As a receiver, source by source.
+    let mut next = 0;
+    if let Some(dst) = &mine_to {
+        for r in sources(from.dist, me, ranks) {
+            if r == me {
+                continue;
+            }
+            let Some(src) = piece(&from, ranks, r) else {
+                continue;
+            };
+            let common = intersect(&src, dst);
+            let before = next;
+            runs(
+                &common,
+                None,
+                Some(dst),
+                &traverse,
+                &mut next,
+                &mut ex.unpack,
+            );
+            ex.recv_counts[r as usize] = next - before;
+        }
+    }
+    ex
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,192 @@
+//! Every rank's plan, run together in memory: the destination pieces must hold exactly the
+//! global elements the destination distribution assigns them.
+
+use super::*;
+use crate::dist::Placement;
+use crate::spec::tensor::{Axis, BlockCyclicSpec, BlockSpec, GridLayout};
+use proptest::prelude::*;
+
+/// Each rank's piece of a tensor whose element value is its global C-order linear index.
+fn pieces(side: &Side<'_>, ranks: u64) -> Vec<Vec<u64>> {
+    let placement = Placement::new(side.dist, side.shape, ranks);
+    (0..ranks)
+        .map(|r| {
+            let Some(local) = placement.local_shape(r) else {
+                return vec![];
+            };
+            let local: Vec<usize> = local.iter().map(|&n| n as usize).collect();
+            let st = strides(&local, side.layout);
+            let n: usize = local.iter().product();
+            let mut out = vec![u64::MAX; n];
+            for lin in 0..n {
+                // C-order multi-index of lin over the local shape.
+                let mut idx = vec![0u64; local.len()];
+                let mut rest = lin;
+                for a in (0..local.len()).rev() {
+                    idx[a] = (rest % local[a]) as u64;
+                    rest /= local[a];
+                }
+                let g = placement.to_global(r, &idx);
+                let value = g.iter().zip(side.shape).fold(0, |acc, (i, s)| acc * s + i);
+                let at: usize = idx.iter().zip(&st).map(|(i, s)| *i as usize * s).sum();
+                out[at] = value;
+            }
+            out
+        })
+        .collect()
+}
+
+fn apply(runs: &[Run], src: &[u64], dst: &mut [u64]) {
+    for r in runs {
+        for i in 0..r.count {
+            dst[r.dst + i * r.dst_stride] = src[r.src + i * r.src_stride];
+        }
+    }
+}
+
+/// Runs the exchange on all ranks at once and returns the destination pieces.
+fn exchange(from: Side<'_>, to: Side<'_>, ranks: u64) -> Vec<Vec<u64>> {
+    let src = pieces(&from, ranks);
+    let plans: Vec<Exchange> = (0..ranks).map(|r| plan(from, to, ranks, r)).collect();
+    let placement = Placement::new(to.dist, to.shape, ranks);
+    (0..ranks as usize)
+        .map(|me| {
+            let n: usize = placement
+                .local_shape(me as u64)
+                .map_or(0, |s| s.iter().product::<u64>() as usize);
+            let mut dst = vec![u64::MAX; n];
+            apply(&plans[me].local, &src[me], &mut dst);
+            // The receive buffer: from each source rank, its send-buffer slice for me.
+            let mut recv = Vec::new();
+            for (r, plan) in plans.iter().enumerate() {
+                let mut send = vec![0u64; plan.sent()];
+                apply(&plan.pack, &src[r], &mut send);
+                let offset: usize = plan.send_counts[..me].iter().sum();
+                let len = plan.send_counts[me];
+                assert_eq!(len, plans[me].recv_counts[r], "counts agree {r} -> {me}");
+                recv.extend_from_slice(&send[offset..offset + len]);
+            }
+            apply(&plans[me].unpack, &recv, &mut dst);
+            dst
+        })
+        .collect()
+}
+
+fn dist_strategy(nd: usize, ranks: u64) -> BoxedStrategy<Distribution> {
+    let axis = (0..nd).prop_map(|a| Distribution::Slab(Axis::Index(a as u8)));
+    let grids: Vec<Vec<u32>> = (1..=ranks)
+        .filter(|d| ranks.is_multiple_of(*d))
+        .map(|d| {
+            let mut g = vec![1u32; nd];
+            g[0] = d as u32;
+            if nd > 1 {
+                g[1] = (ranks / d) as u32;
+            } else {
+                g[0] = ranks as u32;
+            }
+            g
+        })
+        .collect();
+    let layout = prop_oneof![Just(GridLayout::ColMajor), Just(GridLayout::RowMajor)];
+    let block = (proptest::sample::select(grids.clone()), layout.clone()).prop_map(|(g, l)| {
+        Distribution::Block(BlockSpec {
+            grid: Some(g),
+            grid_layout: l,
+        })
+    });
+    let cyclic = (
+        proptest::sample::select(grids),
+        layout,
+        proptest::collection::vec(1..5u64, nd),
+    )
+        .prop_map(|(g, l, b)| {
+            Distribution::BlockCyclic(BlockCyclicSpec {
+                grid: Some(g),
+                blocks: b,
+                grid_layout: l,
+                first: None,
+            })
+        });
+    prop_oneof![
+        Just(Distribution::Replicated),
+        (0..ranks as u32).prop_map(Distribution::Root),
+        axis,
+        block,
+        cyclic,
+    ]
+    .boxed()
+}
+
+fn layout() -> impl Strategy<Value = Layout> {
+    prop_oneof![Just(Layout::C), Just(Layout::F)]
+}
+
+fn case() -> impl Strategy<Value = (Vec<u64>, u64, Distribution, Layout, Distribution, Layout)> {
+    (1..=3usize, 1..=5u64).prop_flat_map(|(nd, ranks)| {
+        (
+            proptest::collection::vec(1..12u64, nd),
+            Just(ranks),
+            dist_strategy(nd, ranks),
+            layout(),
+            dist_strategy(nd, ranks),
+            layout(),
+        )
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn every_destination_piece_gets_its_elements(
+        (shape, ranks, d_from, l_from, d_to, l_to) in case()
+    ) {
+        let from = Side { dist: &d_from, shape: &shape, layout: l_from };
+        let to = Side { dist: &d_to, shape: &shape, layout: l_to };
+        let got = exchange(from, to, ranks);
+        let want = pieces(&to, ranks);
+        prop_assert_eq!(got, want);
+    }
+}
+
+#[test]
+fn slab_to_replicated_sends_each_piece_to_every_other_rank() {
+    let shape = [7u64, 3];
+    let from_d = Distribution::Slab(Axis::Index(0));
+    let from = Side {
+        dist: &from_d,
+        shape: &shape,
+        layout: Layout::C,
+    };
+    let to = Side {
+        dist: &Distribution::Replicated,
+        shape: &shape,
+        layout: Layout::C,
+    };
+    let ex = plan(from, to, 3, 0);
+    // Rank 0 holds 3 rows = 9 elements, sent to ranks 1 and 2; receives 2 rows from each.
+    assert_eq!(ex.send_counts, [0, 9, 9]);
+    assert_eq!(ex.recv_counts, [0, 6, 6]);
+    // C layout on both sides: whole rows move as single runs.
+    assert!(ex.pack.iter().all(|r| r.count == 3 && r.src_stride == 1));
+}
+
+#[test]
+fn replicated_to_slab_moves_nothing() {
+    let shape = [8u64, 8];
+    let to_d = Distribution::Slab(Axis::Index(1));
+    let from = Side {
+        dist: &Distribution::Replicated,
+        shape: &shape,
+        layout: Layout::C,
+    };
+    let to = Side {
+        dist: &to_d,
+        shape: &shape,
+        layout: Layout::F,
+    };
+    let ex = plan(from, to, 4, 2);
+    assert_eq!(ex.sent(), 0);
+    assert_eq!(ex.recv_counts.iter().sum::<usize>(), 0);
+    assert_eq!(ex.local.iter().map(|r| r.count).sum::<usize>(), 16);
+}

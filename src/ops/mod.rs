@@ -1,0 +1,3 @@
+//! Operations written once over the backend: data movement (exchange plans), collectives.
+
+pub mod exchange;
