@@ -14,7 +14,7 @@ pub const EXIT_INVALID: u8 = 2;
     name = "distrun",
     version,
     about = "Distributed tensor work (matmul, FFT, redistribution, collectives) from a TOML spec",
-    after_help = "Examples:\n  distrun validate specs/*.toml\n  distrun plan specs/gemm.toml --ranks 4\n  distrun schema --output schemas/distrun.schema.json"
+    after_help = "Examples:\n  distrun specs/allreduce.toml                  (same as distrun run SPEC)\n  mpiexec -n 4 distrun specs/collectives.toml\n  distrun validate specs/*.toml\n  distrun plan specs/gemm.toml --ranks 4\n  distrun verify runs/allreduce-20261121T173045Z\n  distrun schema --output schemas/distrun.schema.json"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -23,6 +23,30 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Run a spec on every rank (one rank without a launcher, or under mpiexec) and write its run
+    /// directory. Exit 0, 1 runtime failure, 2 invalid spec, 3 failed check.
+    #[command(
+        after_help = "Example:\n  distrun run specs/allreduce.toml\n  mpiexec -n 4 distrun run specs/redistribute.toml --out runs/redist-4"
+    )]
+    Run {
+        /// Spec file.
+        spec: PathBuf,
+        /// Write the run directory here (default: <output.dir>/<job.name>-<UTC timestamp>).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Print only errors.
+        #[arg(short, long)]
+        quiet: bool,
+        /// Also print every iteration's time.
+        #[arg(short, long)]
+        verbose: bool,
+    },
+    /// Re-hash every file a run directory's manifest names. Exit 0, or 3 naming what differs.
+    #[command(after_help = "Example:\n  distrun verify runs/allreduce-20261121T173045Z")]
+    Verify {
+        /// A run directory (holding manifest.json).
+        run_dir: PathBuf,
+    },
     /// Check specs: TOML syntax, schema, then meaning. Runs nothing; exit 0, or 2 with every error.
     #[command(
         after_help = "Example:\n  distrun validate specs/gemm.toml specs/fft3d.toml\n  distrun validate --ranks 3 specs/collectives.toml"
@@ -58,9 +82,25 @@ enum Command {
     },
 }
 
+/// Exit status for a run whose check failed, or a run directory that does not verify.
+pub const EXIT_CHECK: u8 = 3;
+
+const COMMANDS: [&str; 6] = ["run", "validate", "plan", "schema", "verify", "help"];
+
+/// `distrun SPEC ...` is `distrun run SPEC ...`.
+fn with_run_implied(mut args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    if let Some(first) = args.get(1).and_then(|a| a.to_str())
+        && !first.starts_with('-')
+        && !COMMANDS.contains(&first)
+    {
+        args.insert(1, "run".into());
+    }
+    args
+}
+
 /// Parses the command line, runs the command and returns its exit status.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(with_run_implied(std::env::args_os().collect()));
     match run(cli.command) {
         Ok(code) => code,
         Err(e) => {
@@ -72,6 +112,37 @@ pub fn main() -> ExitCode {
 
 fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
+        Command::Run {
+            spec,
+            out,
+            quiet,
+            verbose,
+        } => Ok(run_spec(
+            &spec,
+            &crate::exec::Options {
+                out,
+                quiet,
+                verbose,
+            },
+        )),
+        Command::Verify { run_dir } => {
+            let report = crate::output::verify::verify(&run_dir)?;
+            for (file, want, got) in &report.mismatches {
+                eprintln!(
+                    "{}: {file}: checksum {got}, the manifest says {want}",
+                    run_dir.display()
+                );
+            }
+            for file in &report.missing {
+                eprintln!("{}: {file}: missing", run_dir.display());
+            }
+            if report.mismatches.is_empty() && report.missing.is_empty() {
+                println!("{}: {} files verified", run_dir.display(), report.checked);
+                Ok(ExitCode::SUCCESS)
+            } else {
+                Ok(ExitCode::from(EXIT_CHECK))
+            }
+        }
         Command::Validate { specs, ranks } => {
             let mut failed = false;
             for path in &specs {
@@ -142,4 +213,43 @@ pub fn plan_spec(path: &std::path::Path, ranks: Option<u64>) -> Result<plan::Pla
         });
     }
     plan::plan(&loaded, ranks).map_err(|d| loaded.invalid(&d))
+}
+
+/// Runs a spec on this rank: validation errors are printed by the first rank only (every rank
+/// finds the same), a failure on any rank stops them all.
+fn run_spec(path: &std::path::Path, opts: &crate::exec::Options) -> ExitCode {
+    let first = crate::runtime::launcher::rank_hint().is_none_or(|r| r == 0);
+    let loaded = match spec::load_file(path) {
+        Ok(l) => l,
+        Err(invalid) => {
+            if first {
+                eprintln!("{invalid}");
+            }
+            return ExitCode::from(EXIT_INVALID);
+        }
+    };
+    let ctx =
+        match crate::runtime::start(loaded.spec.runtime.process_group, loaded.spec.runtime.ranks) {
+            Ok(ctx) => ctx,
+            Err(e) => {
+                if first {
+                    eprintln!("distrun: {e:#}");
+                }
+                return ExitCode::FAILURE;
+            }
+        };
+    let plan = match plan::plan(&loaded, ctx.size() as u64) {
+        Ok(p) => p,
+        Err(d) => {
+            if ctx.rank() == 0 {
+                eprintln!("{}", loaded.invalid(&d));
+            }
+            return ExitCode::from(EXIT_INVALID);
+        }
+    };
+    match crate::exec::run(&loaded, &plan, &ctx, opts) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(EXIT_CHECK),
+        Err(e) => ctx.fail(&e),
+    }
 }

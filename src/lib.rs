@@ -3,8 +3,13 @@
 //! One spec flows one way: load (TOML with positions) -> validate (schema, then meaning) ->
 //! plan (every tensor and step resolved for N ranks).
 
+pub mod backend;
 pub mod cli;
 pub mod dist;
+pub mod exec;
+pub mod init;
 pub mod ops;
+pub mod output;
 pub mod plan;
+pub mod runtime;
 pub mod spec;

@@ -305,5 +305,38 @@ pub fn plan(from: Side<'_>, to: Side<'_>, ranks: u64, me: u64) -> Exchange {
     ex
 }
 
+/// Runs that lay out a whole array held by this rank (in `whole_layout`) as P consecutive blocks
+/// of `block` elements, block q holding rank q's piece of `to` in `to`'s layout: the send buffer
+/// of a reduce-scatter. Needs every rank's piece to have `block` elements.
+pub fn blocks(whole_layout: Layout, to: Side<'_>, ranks: u64, block: usize) -> Vec<Run> {
+    let whole = Side {
+        dist: &Distribution::Replicated,
+        shape: to.shape,
+        layout: whole_layout,
+    };
+    let src = piece(&whole, ranks, 0).expect("a replicated tensor is held everywhere");
+    let traverse = order(to.shape.len(), to.layout);
+    let mut out = Vec::new();
+    for q in 0..ranks {
+        let Some(dst) = piece(&to, ranks, q) else {
+            continue;
+        };
+        let from = out.len();
+        let mut unused = 0;
+        runs(
+            &intersect(&src, &dst),
+            Some(&src),
+            Some(&dst),
+            &traverse,
+            &mut unused,
+            &mut out,
+        );
+        for r in &mut out[from..] {
+            r.dst += q as usize * block;
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests;

@@ -6,6 +6,7 @@ pub mod matmul;
 mod report;
 pub mod resolve;
 
+pub use report::resolved_dist;
 pub use resolve::{Resolved, TensorState, resolve};
 
 use crate::dist::Placement;
@@ -51,6 +52,8 @@ pub struct StepPlan {
     pub detail: Option<String>,
     /// Bytes each rank sends.
     pub bytes_sent_per_rank: Option<u64>,
+    /// The input's and the result's states (data-movement steps).
+    pub states: Option<(TensorState, TensorState)>,
 }
 
 /// A spec resolved for a rank count.
@@ -133,6 +136,7 @@ pub fn plan(loaded: &Loaded, ranks: u64) -> Result<Plan, Vec<Diagnostic>> {
             algorithm: s.matmul.as_ref().map(|m| m.algorithm.name()),
             detail: s.matmul.as_ref().map(|m| m.detail.clone()),
             bytes_sent_per_rank: s.matmul.as_ref().and_then(|m| m.bytes_per_rank),
+            states: s.states,
         })
         .collect();
     Ok(Plan {

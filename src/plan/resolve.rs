@@ -51,6 +51,8 @@ pub struct StepInfo {
     pub outputs: Vec<String>,
     /// The matmul algorithm chosen.
     pub matmul: Option<MatmulChoice>,
+    /// The state of the input the step reads and of the result it writes (data-movement steps).
+    pub states: Option<(TensorState, TensorState)>,
 }
 
 /// The result of the meaning pass.
@@ -568,6 +570,7 @@ impl Resolver<'_> {
                 .map(|(_, n)| vec![n.to_string()])
                 .unwrap_or_default(),
             matmul: None,
+            states: None,
         };
         let ins: Vec<Option<TensorState>> = step
             .inputs()
@@ -588,8 +591,12 @@ impl Resolver<'_> {
                 ..ins[0].clone()
             }),
         };
+        let mut info = info;
         if let (Some(out), Some((key, name))) = (result, step.output()) {
-            self.write(i, key, name, out, key == "input");
+            self.write(i, key, name, out.clone(), key == "input");
+            // The result as stored: a declared output keeps its declared layout.
+            let stored = self.current.get(name).cloned().unwrap_or(out);
+            info.states = Some((ins[0].clone(), stored));
         }
         info
     }

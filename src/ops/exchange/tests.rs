@@ -190,3 +190,25 @@ fn replicated_to_slab_moves_nothing() {
     assert_eq!(ex.recv_counts.iter().sum::<usize>(), 0);
     assert_eq!(ex.local.iter().map(|r| r.count).sum::<usize>(), 16);
 }
+
+#[test]
+fn blocks_lay_out_each_ranks_piece_in_its_layout() {
+    let shape = [4u64, 6];
+    let to_d = Distribution::Slab(Axis::Index(1));
+    let to = Side {
+        dist: &to_d,
+        shape: &shape,
+        layout: Layout::F,
+    };
+    let whole = Side {
+        dist: &Distribution::Replicated,
+        shape: &shape,
+        layout: Layout::C,
+    };
+    let src = &pieces(&whole, 3)[0];
+    let runs = blocks(Layout::C, to, 3, 8);
+    let mut send = vec![u64::MAX; 24];
+    apply(&runs, src, &mut send);
+    let want: Vec<u64> = pieces(&to, 3).concat();
+    assert_eq!(send, want);
+}

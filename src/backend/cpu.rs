@@ -1,0 +1,330 @@
+//! The CPU backend: host buffers, copies in parallel with rayon, communication through MPI (or
+//! nothing, for one rank).
+
+use super::Backend;
+use crate::ops::exchange::Run;
+use crate::runtime::comm::{Comm, Elem, Op};
+use crate::spec::step::ReduceOp;
+use crate::spec::tensor::DType;
+use anyhow::Result;
+use half::{bf16, f16};
+use rayon::prelude::*;
+
+/// Host memory and a communicator.
+pub struct Cpu<'a> {
+    comm: &'a dyn Comm,
+}
+
+impl<'a> Cpu<'a> {
+    /// A CPU backend over a communicator.
+    pub fn new(comm: &'a dyn Comm) -> Self {
+        Cpu { comm }
+    }
+}
+
+/// The MPI element and operation for a dtype and reduction; half types travel as f32, and avg is
+/// a sum divided afterwards.
+fn mpi_op(dtype: DType, op: ReduceOp) -> (Elem, Op) {
+    let elem = match dtype {
+        DType::F16 | DType::Bf16 | DType::F32 => Elem::F32,
+        DType::F64 => Elem::F64,
+        DType::C64 => Elem::C64,
+        DType::C128 => Elem::C128,
+        DType::I8 => Elem::I8,
+        DType::U8 => Elem::U8,
+        DType::I32 => Elem::I32,
+        DType::U32 => Elem::U32,
+        DType::I64 => Elem::I64,
+        DType::U64 => Elem::U64,
+    };
+    let op = match op {
+        ReduceOp::Sum | ReduceOp::Avg => Op::Sum,
+        ReduceOp::Prod => Op::Prod,
+        ReduceOp::Min => Op::Min,
+        ReduceOp::Max => Op::Max,
+    };
+    (elem, op)
+}
+
+/// Half-precision bytes widened to f32 bytes (other dtypes are returned as they are).
+fn widen(dtype: DType, data: &[u8]) -> Option<Vec<u8>> {
+    let to_f32: fn([u8; 2]) -> f32 = match dtype {
+        DType::F16 => |b| f16::from_le_bytes(b).to_f32(),
+        DType::Bf16 => |b| bf16::from_le_bytes(b).to_f32(),
+        _ => return None,
+    };
+    Some(
+        data.par_chunks_exact(2)
+            .flat_map_iter(|c| to_f32([c[0], c[1]]).to_le_bytes())
+            .collect(),
+    )
+}
+
+/// f32 bytes narrowed back into half-precision `out`.
+fn narrow(dtype: DType, wide: &[u8], out: &mut [u8]) {
+    out.par_chunks_exact_mut(2)
+        .zip(wide.par_chunks_exact(4))
+        .for_each(|(o, w)| {
+            let x = f32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+            let b = match dtype {
+                DType::F16 => f16::from_f32(x).to_le_bytes(),
+                _ => bf16::from_f32(x).to_le_bytes(),
+            };
+            o.copy_from_slice(&b);
+        });
+}
+
+/// Divides every element by `n` (the avg reduction), in the dtype's own arithmetic.
+fn divide(dtype: DType, data: &mut [u8], n: usize) {
+    macro_rules! each {
+        ($t:ty, $size:expr, $div:expr) => {
+            data.par_chunks_exact_mut($size).for_each(|c| {
+                let x = <$t>::from_le_bytes(c.try_into().expect("element size"));
+                let f: fn($t, usize) -> $t = $div;
+                c.copy_from_slice(&f(x, n).to_le_bytes());
+            })
+        };
+    }
+    match dtype {
+        DType::F16 => each!(f16, 2, |x, n| f16::from_f32(x.to_f32() / n as f32)),
+        DType::Bf16 => each!(bf16, 2, |x, n| bf16::from_f32(x.to_f32() / n as f32)),
+        DType::F32 | DType::C64 => each!(f32, 4, |x, n| x / n as f32),
+        DType::F64 | DType::C128 => each!(f64, 8, |x, n| x / n as f64),
+        DType::I8 => each!(i8, 1, |x, n| (x as i64 / n as i64) as i8),
+        DType::U8 => each!(u8, 1, |x, n| (x as u64 / n as u64) as u8),
+        DType::I32 => each!(i32, 4, |x, n| (x as i64 / n as i64) as i32),
+        DType::U32 => each!(u32, 4, |x, n| (x as u64 / n as u64) as u32),
+        DType::I64 => each!(i64, 8, |x, n| x / n as i64),
+        DType::U64 => each!(u64, 8, |x, n| x / n as u64),
+    }
+}
+
+/// A raw destination pointer shared by rayon tasks that write disjoint elements.
+#[derive(Clone, Copy)]
+struct Dst(*mut u8);
+// SAFETY: tasks write disjoint ranges (the runs of one exchange never overlap in `dst`).
+unsafe impl Send for Dst {}
+unsafe impl Sync for Dst {}
+
+impl Cpu<'_> {
+    /// Runs `f` on `send` (widened to f32 for half types) and writes its f32 result back.
+    fn reduced(
+        &self,
+        dtype: DType,
+        send: &[u8],
+        recv: &mut [u8],
+        f: impl FnOnce(&[u8], &mut [u8]) -> Result<()>,
+    ) -> Result<()> {
+        match widen(dtype, send) {
+            Some(wide) => {
+                let mut out = vec![0u8; recv.len() * 2];
+                f(&wide, &mut out)?;
+                narrow(dtype, &out, recv);
+            }
+            None => f(send, recv)?,
+        }
+        Ok(())
+    }
+}
+
+impl Backend for Cpu<'_> {
+    type Buf = Vec<u8>;
+
+    fn rank(&self) -> usize {
+        self.comm.rank()
+    }
+
+    fn ranks(&self) -> usize {
+        self.comm.size()
+    }
+
+    fn device(&self) -> String {
+        format!("cpu ({} threads)", rayon::current_num_threads())
+    }
+
+    fn upload(&self, data: Vec<u8>) -> Result<Vec<u8>> {
+        Ok(data)
+    }
+
+    fn download(&self, buf: &Vec<u8>) -> Result<Vec<u8>> {
+        Ok(buf.clone())
+    }
+
+    fn zeros(&self, bytes: usize) -> Result<Vec<u8>> {
+        Ok(vec![0u8; bytes])
+    }
+
+    fn len(&self, buf: &Vec<u8>) -> usize {
+        buf.len()
+    }
+
+    fn copy_runs(&self, src: &Vec<u8>, dst: &mut Vec<u8>, runs: &[Run], elem: usize) {
+        let out = Dst(dst.as_mut_ptr());
+        let (src_len, dst_len) = (src.len(), dst.len());
+        runs.par_iter().with_min_len(64).for_each(move |r| {
+            let out = out;
+            if r.count == 0 {
+                return;
+            }
+            assert!((r.src + (r.count - 1) * r.src_stride + 1) * elem <= src_len);
+            assert!((r.dst + (r.count - 1) * r.dst_stride + 1) * elem <= dst_len);
+            // SAFETY: bounds asserted above; runs write disjoint destination elements.
+            unsafe {
+                if r.src_stride == 1 && r.dst_stride == 1 {
+                    std::ptr::copy_nonoverlapping(
+                        src.as_ptr().add(r.src * elem),
+                        out.0.add(r.dst * elem),
+                        r.count * elem,
+                    );
+                } else {
+                    for i in 0..r.count {
+                        std::ptr::copy_nonoverlapping(
+                            src.as_ptr().add((r.src + i * r.src_stride) * elem),
+                            out.0.add((r.dst + i * r.dst_stride) * elem),
+                            elem,
+                        );
+                    }
+                }
+            }
+        });
+    }
+
+    fn all_to_all_v(
+        &self,
+        send: &Vec<u8>,
+        send_counts: &[usize],
+        recv: &mut Vec<u8>,
+        recv_counts: &[usize],
+        elem: usize,
+    ) -> Result<()> {
+        self.comm
+            .all_to_all_v(send, send_counts, recv, recv_counts, elem)
+    }
+
+    fn all_reduce(
+        &self,
+        send: &Vec<u8>,
+        recv: &mut Vec<u8>,
+        dtype: DType,
+        op: ReduceOp,
+    ) -> Result<()> {
+        let (elem, mpi) = mpi_op(dtype, op);
+        self.reduced(dtype, send, recv, |s, r| {
+            self.comm.all_reduce(s, r, elem, mpi)
+        })?;
+        if op == ReduceOp::Avg {
+            divide(dtype, recv, self.ranks());
+        }
+        Ok(())
+    }
+
+    fn reduce(
+        &self,
+        send: &Vec<u8>,
+        recv: &mut Vec<u8>,
+        dtype: DType,
+        op: ReduceOp,
+        root: usize,
+    ) -> Result<()> {
+        let (elem, mpi) = mpi_op(dtype, op);
+        let mine = self.rank() == root;
+        let mut scratch = Vec::new();
+        let out = if mine { recv } else { &mut scratch };
+        if !mine {
+            out.resize(send.len(), 0);
+        }
+        self.reduced(dtype, send, out, |s, r| {
+            self.comm.reduce(s, r, elem, mpi, root)
+        })?;
+        if mine && op == ReduceOp::Avg {
+            divide(dtype, out, self.ranks());
+        }
+        Ok(())
+    }
+
+    fn reduce_scatter(
+        &self,
+        send: &Vec<u8>,
+        recv: &mut Vec<u8>,
+        dtype: DType,
+        op: ReduceOp,
+    ) -> Result<()> {
+        let (elem, mpi) = mpi_op(dtype, op);
+        self.reduced(dtype, send, recv, |s, r| {
+            self.comm.reduce_scatter_block(s, r, elem, mpi)
+        })?;
+        if op == ReduceOp::Avg {
+            divide(dtype, recv, self.ranks());
+        }
+        Ok(())
+    }
+
+    fn broadcast(&self, buf: &mut Vec<u8>, root: usize) -> Result<()> {
+        self.comm.broadcast(buf, root)
+    }
+
+    fn barrier(&self) -> Result<()> {
+        self.comm.barrier()
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn max_over_ranks(&self, x: f64) -> Result<f64> {
+        self.comm.max_f64(x)
+    }
+
+    fn all_gather_bytes(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+        self.comm.all_gather_bytes(mine)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::comm::Single;
+
+    #[test]
+    fn half_types_reduce_through_f32_and_avg_divides() {
+        let comm = Single;
+        let cpu = Cpu::new(&comm);
+        let x: Vec<u8> = [1.5f32, -2.0, 3.25]
+            .iter()
+            .flat_map(|v| f16::from_f32(*v).to_le_bytes())
+            .collect();
+        let mut out = vec![0u8; x.len()];
+        cpu.all_reduce(&x, &mut out, DType::F16, ReduceOp::Avg)
+            .unwrap();
+        assert_eq!(out, x, "one rank: the average is the value");
+        let mut ints: Vec<u8> = [7i32, -9].iter().flat_map(|v| v.to_le_bytes()).collect();
+        divide(DType::I32, &mut ints, 2);
+        assert_eq!(
+            ints,
+            [3i32, -4]
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect::<Vec<u8>>()
+        );
+    }
+
+    #[test]
+    fn strided_runs_copy_in_parallel() {
+        let comm = Single;
+        let cpu = Cpu::new(&comm);
+        let src: Vec<u8> = (0..12u8).collect();
+        let mut dst = vec![0u8; 12];
+        // Transpose a 3x4 C array (2-byte elements: 3x2) into F order.
+        let runs: Vec<Run> = (0..3)
+            .map(|i| Run {
+                src: i * 2,
+                dst: i,
+                count: 2,
+                src_stride: 1,
+                dst_stride: 3,
+            })
+            .collect();
+        cpu.copy_runs(&src, &mut dst, &runs, 2);
+        assert_eq!(dst, [0, 1, 4, 5, 8, 9, 2, 3, 6, 7, 10, 11]);
+    }
+}

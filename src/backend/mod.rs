@@ -1,0 +1,79 @@
+//! The backend a run computes and communicates through. Operations (`crate::ops`) are written
+//! once against [`Backend`]; `cpu` implements it with host memory, rayon and MPI.
+
+pub mod cpu;
+
+use crate::ops::exchange::Run;
+use crate::spec::step::ReduceOp;
+use crate::spec::tensor::DType;
+use anyhow::Result;
+
+/// Memory, local kernels and communication of one rank.
+pub trait Backend {
+    /// A buffer of bytes on the device.
+    type Buf;
+
+    /// This rank.
+    fn rank(&self) -> usize;
+    /// Number of ranks.
+    fn ranks(&self) -> usize;
+    /// The device, in words (for the manifest).
+    fn device(&self) -> String;
+
+    /// A device buffer holding `data`.
+    fn upload(&self, data: Vec<u8>) -> Result<Self::Buf>;
+    /// The bytes of a device buffer.
+    fn download(&self, buf: &Self::Buf) -> Result<Vec<u8>>;
+    /// A zeroed buffer of `bytes`.
+    fn zeros(&self, bytes: usize) -> Result<Self::Buf>;
+    /// The size of a buffer in bytes.
+    fn len(&self, buf: &Self::Buf) -> usize;
+
+    /// Strided element copies from `src` into `dst` (elements of `elem` bytes).
+    fn copy_runs(&self, src: &Self::Buf, dst: &mut Self::Buf, runs: &[Run], elem: usize);
+
+    /// Sends `send_counts[q]` elements to rank q and receives `recv_counts[r]` from rank r.
+    fn all_to_all_v(
+        &self,
+        send: &Self::Buf,
+        send_counts: &[usize],
+        recv: &mut Self::Buf,
+        recv_counts: &[usize],
+        elem: usize,
+    ) -> Result<()>;
+    /// Element-wise reduction of every rank's `send` into every rank's `recv`.
+    fn all_reduce(
+        &self,
+        send: &Self::Buf,
+        recv: &mut Self::Buf,
+        dtype: DType,
+        op: ReduceOp,
+    ) -> Result<()>;
+    /// Element-wise reduction into `recv` on `root`.
+    fn reduce(
+        &self,
+        send: &Self::Buf,
+        recv: &mut Self::Buf,
+        dtype: DType,
+        op: ReduceOp,
+        root: usize,
+    ) -> Result<()>;
+    /// Reduction of P equal blocks, block r left on rank r.
+    fn reduce_scatter(
+        &self,
+        send: &Self::Buf,
+        recv: &mut Self::Buf,
+        dtype: DType,
+        op: ReduceOp,
+    ) -> Result<()>;
+    /// `root`'s buffer into every rank's.
+    fn broadcast(&self, buf: &mut Self::Buf, root: usize) -> Result<()>;
+    /// Waits for every rank.
+    fn barrier(&self) -> Result<()>;
+    /// Waits for the device to finish queued work.
+    fn synchronize(&self) -> Result<()>;
+    /// The largest `x` over the ranks (host values: timings, errors).
+    fn max_over_ranks(&self, x: f64) -> Result<f64>;
+    /// Every rank's host bytes, by rank (metadata: names, messages).
+    fn all_gather_bytes(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>>;
+}

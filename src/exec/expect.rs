@@ -1,0 +1,265 @@
+//! What a tensor should hold, computed on each rank from the init definitions alone (no
+//! communication): the checks of data-movement steps compare against it.
+
+use crate::dist::Placement;
+use crate::init::{self, Scalar};
+use crate::plan::TensorState;
+use crate::spec::step::ReduceOp;
+use crate::spec::tensor::{DType, Distribution, Layout};
+use anyhow::Result;
+use std::path::Path;
+
+/// Where a tensor's values come from.
+#[derive(Debug, Clone)]
+pub enum Origin {
+    /// Its own init (moving data does not change global values).
+    Init(String),
+    /// A reduction over the ranks of a partial tensor's init.
+    Reduced(String, ReduceOp),
+    /// send_recv: row q comes from row `rows[q]` of `from` (None: zeros).
+    Rows {
+        /// The input's origin.
+        from: Box<Origin>,
+        /// The input's state.
+        state: TensorState,
+        /// Source row of every destination row.
+        rows: Vec<Option<u64>>,
+    },
+}
+
+/// What the expected values are computed from.
+pub struct Source<'a> {
+    /// The spec's tensors (for their inits and declared shapes).
+    pub spec: &'a crate::spec::Spec,
+    /// The directory npy paths are relative to.
+    pub dir: &'a Path,
+    /// Rank count.
+    pub ranks: u64,
+}
+
+impl Source<'_> {
+    fn fill(&self, name: &str, state: &TensorState, rank: u64) -> Result<Vec<u8>> {
+        let t = &self.spec.tensors[name];
+        let init = t
+            .init
+            .as_ref()
+            .expect("an origin names an initialized tensor");
+        init::fill_local(
+            init,
+            self.spec.job.seed,
+            name,
+            self.dir,
+            state,
+            self.ranks,
+            rank,
+        )
+    }
+
+    /// `rank`'s expected piece of a tensor from `origin`, in `state`'s distribution and layout.
+    pub fn piece(&self, origin: &Origin, state: &TensorState, rank: u64) -> Result<Vec<u8>> {
+        match origin {
+            Origin::Init(name) => self.fill(name, state, rank),
+            Origin::Reduced(name, op) => self.reduced(name, *op, state, rank),
+            Origin::Rows {
+                from,
+                state: from_state,
+                rows,
+            } => {
+                let bytes = crate::ops::step::local_bytes(state, self.ranks, rank);
+                match rows[rank as usize] {
+                    Some(src) => {
+                        let at_source = TensorState {
+                            layout: state.layout,
+                            ..from_state.clone()
+                        };
+                        self.piece(from, &at_source, src)
+                    }
+                    None => Ok(vec![0; bytes]),
+                }
+            }
+        }
+    }
+
+    /// The reduction of every rank's row of a partial tensor, on `rank`'s piece of `state`.
+    fn reduced(&self, name: &str, op: ReduceOp, state: &TensorState, rank: u64) -> Result<Vec<u8>> {
+        let whole = TensorState {
+            dist: Distribution::Partial,
+            layout: Layout::C,
+            ..state.clone()
+        };
+        let rows: Vec<Vec<u8>> = (0..self.ranks)
+            .map(|r| self.fill(name, &whole, r))
+            .collect::<Result<_>>()?;
+        let placement = Placement::new(&state.dist, &state.shape, self.ranks);
+        let Some(local) = placement.local_shape(rank) else {
+            return Ok(Vec::new());
+        };
+        let size = state.dtype.size() as usize;
+        let n: u64 = local.iter().product();
+        let mut out = vec![0u8; n as usize * size];
+        let mut idx = vec![0u64; local.len()];
+        for k in 0..n {
+            // idx: k as a multi-index in the piece's storage order.
+            let mut rest = k;
+            let axes: Vec<usize> = match state.layout {
+                Layout::C => (0..local.len()).rev().collect(),
+                Layout::F => (0..local.len()).collect(),
+            };
+            for &a in &axes {
+                idx[a] = rest % local[a];
+                rest /= local[a];
+            }
+            let g = placement.to_global(rank, &idx);
+            let at = g
+                .iter()
+                .zip(&state.shape)
+                .fold(0u64, |acc, (i, s)| acc * s + i) as usize
+                * size;
+            let values = rows
+                .iter()
+                .map(|row| init::decode(state.dtype, &row[at..at + size]));
+            let value = fold(op, state.dtype, values, self.ranks);
+            init::encode(
+                state.dtype,
+                value,
+                &mut out[k as usize * size..(k as usize + 1) * size],
+            );
+        }
+        Ok(out)
+    }
+}
+
+/// Combines the ranks' values as the reduction does (in f64 for floats, wrapping for integers).
+fn fold(op: ReduceOp, dtype: DType, values: impl Iterator<Item = Scalar>, ranks: u64) -> Scalar {
+    let values: Vec<Scalar> = values.collect();
+    let reals = || values.iter().map(|v| as_complex(*v));
+    match values[0] {
+        Scalar::Int(_) | Scalar::UInt(_) => {
+            let ints = values.iter().map(|v| as_i128(*v));
+            let r: i128 = match op {
+                ReduceOp::Sum => ints.fold(0, i128::wrapping_add),
+                ReduceOp::Avg => ints.sum::<i128>() / ranks as i128,
+                ReduceOp::Prod => ints.fold(1, i128::wrapping_mul),
+                ReduceOp::Min => ints.min().unwrap_or(0),
+                ReduceOp::Max => ints.max().unwrap_or(0),
+            };
+            if matches!(dtype, DType::U8 | DType::U32 | DType::U64) {
+                Scalar::UInt(r as u64)
+            } else {
+                Scalar::Int(r as i64)
+            }
+        }
+        _ => {
+            let (re, im) = match op {
+                ReduceOp::Sum | ReduceOp::Avg => {
+                    let (re, im) = reals().fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1));
+                    if op == ReduceOp::Avg {
+                        (re / ranks as f64, im / ranks as f64)
+                    } else {
+                        (re, im)
+                    }
+                }
+                ReduceOp::Prod => reals().fold((1.0, 0.0), |a, b| {
+                    (a.0 * b.0 - a.1 * b.1, a.0 * b.1 + a.1 * b.0)
+                }),
+                ReduceOp::Min => (reals().map(|c| c.0).fold(f64::INFINITY, f64::min), 0.0),
+                ReduceOp::Max => (reals().map(|c| c.0).fold(f64::NEG_INFINITY, f64::max), 0.0),
+            };
+            if dtype.is_complex() {
+                Scalar::Complex(re, im)
+            } else {
+                Scalar::Real(re)
+            }
+        }
+    }
+}
+
+fn as_complex(v: Scalar) -> (f64, f64) {
+    match v {
+        Scalar::Real(x) => (x, 0.0),
+        Scalar::Complex(re, im) => (re, im),
+        Scalar::Int(i) => (i as f64, 0.0),
+        Scalar::UInt(u) => (u as f64, 0.0),
+    }
+}
+
+fn as_i128(v: Scalar) -> i128 {
+    match v {
+        Scalar::Int(i) => i as i128,
+        Scalar::UInt(u) => u as i128,
+        Scalar::Real(x) | Scalar::Complex(x, _) => x as i128,
+    }
+}
+
+/// Machine epsilon of a floating dtype (0 for integers).
+fn epsilon(dtype: DType) -> f64 {
+    match dtype {
+        DType::F16 => 9.77e-4,
+        DType::Bf16 => 7.82e-3,
+        DType::F32 | DType::C64 => f32::EPSILON as f64,
+        DType::F64 | DType::C128 => f64::EPSILON,
+        _ => 0.0,
+    }
+}
+
+/// The outcome of comparing a piece with its expected values.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Comparison {
+    /// Every element within tolerance (exactly equal where the op is exact).
+    pub passed: bool,
+    /// Largest absolute difference (relative to the value's size for float reductions).
+    pub max_error: f64,
+}
+
+/// Compares `got` with `want`, element by element. Data movement and integer or min/max
+/// reductions must match exactly; float sums, products and averages within `(P + 1)` ulps of
+/// their magnitude, as their order of operations is MPI's.
+pub fn compare(
+    dtype: DType,
+    got: &[u8],
+    want: &[u8],
+    reduction: Option<ReduceOp>,
+    ranks: u64,
+) -> Comparison {
+    let size = dtype.size() as usize;
+    if got.len() != want.len() {
+        return Comparison {
+            passed: false,
+            max_error: f64::INFINITY,
+        };
+    }
+    let inexact = dtype.is_float()
+        && matches!(
+            reduction,
+            Some(ReduceOp::Sum | ReduceOp::Avg | ReduceOp::Prod)
+        );
+    let tol = 2.0 * (ranks as f64 + 1.0) * epsilon(dtype);
+    let mut worst = 0.0f64;
+    let mut passed = true;
+    for (g, w) in got.chunks_exact(size).zip(want.chunks_exact(size)) {
+        if g == w {
+            continue;
+        }
+        let (a, b) = (
+            as_complex(init::decode(dtype, g)),
+            as_complex(init::decode(dtype, w)),
+        );
+        let diff = (a.0 - b.0).hypot(a.1 - b.1);
+        let err = if inexact {
+            diff / b.0.hypot(b.1).max(1.0)
+        } else {
+            diff
+        };
+        // NaN differences (never equal) count as failures.
+        worst = if err.is_nan() {
+            f64::INFINITY
+        } else {
+            worst.max(err)
+        };
+        passed &= inexact && err <= tol;
+    }
+    Comparison {
+        passed,
+        max_error: worst,
+    }
+}

@@ -1,0 +1,105 @@
+//! What rank 0 tells the user while a run goes: a progress bar on a terminal, plain lines
+//! otherwise, nothing with `-q`.
+
+use super::StepRecord;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::cell::RefCell;
+use std::io::IsTerminal;
+
+/// Rank 0's reporter (silent on other ranks and with `-q`).
+pub struct Progress {
+    on: bool,
+    verbose: bool,
+    steps: usize,
+    bar: RefCell<Option<ProgressBar>>,
+}
+
+impl Progress {
+    /// A reporter; `on` only on rank 0 without `-q`.
+    pub fn new(on: bool, verbose: bool, steps: usize) -> Self {
+        Progress {
+            on,
+            verbose,
+            steps,
+            bar: RefCell::new(None),
+        }
+    }
+
+    /// A step begins, with this many runs (warm-up included).
+    pub fn start_step(&self, index: usize, name: &str, runs: u32) {
+        if !self.on {
+            return;
+        }
+        if std::io::stderr().is_terminal() {
+            let bar = ProgressBar::new(u64::from(runs));
+            bar.set_style(
+                ProgressStyle::with_template("{prefix} {bar:30} {pos}/{len} {msg}")
+                    .expect("a valid template"),
+            );
+            bar.set_prefix(format!("[{}/{}] {name}", index + 1, self.steps));
+            *self.bar.borrow_mut() = Some(bar);
+        } else {
+            eprintln!(
+                "distrun: step {}/{} {name}: {runs} runs",
+                index + 1,
+                self.steps
+            );
+        }
+    }
+
+    /// One run finished in `seconds` (the slowest rank's).
+    pub fn iteration(&self, k: u32, seconds: f64) {
+        if let Some(bar) = self.bar.borrow().as_ref() {
+            bar.inc(1);
+        }
+        if self.on && self.verbose {
+            self.line(&format!("distrun:   run {k}: {:.3} ms", seconds * 1e3));
+        }
+    }
+
+    /// A step is done.
+    pub fn end_step(&self, record: &StepRecord) {
+        if !self.on {
+            return;
+        }
+        if let Some(bar) = self.bar.borrow_mut().take() {
+            bar.finish_and_clear();
+        }
+        let mut sorted = record.times.clone();
+        sorted.sort_by(f64::total_cmp);
+        let median = sorted.get(sorted.len() / 2).copied().unwrap_or(0.0);
+        let mut line = format!(
+            "distrun: {} ({}): median {:.3} ms",
+            record.name,
+            record.op,
+            median * 1e3
+        );
+        if let Some((bytes, factor)) = record.bandwidth.filter(|_| median > 0.0) {
+            let alg = bytes / median / 1e9;
+            line.push_str(&format!(
+                ", algbw {alg:.2} GB/s, busbw {:.2} GB/s",
+                alg * factor
+            ));
+        }
+        if let Some(c) = record.check {
+            line.push_str(if c.passed {
+                ", check passed"
+            } else {
+                ", CHECK FAILED"
+            });
+            line.push_str(&format!(" (max error {:.3e})", c.max_error));
+        }
+        eprintln!("{line}");
+    }
+
+    /// A plain message.
+    pub fn line(&self, text: &str) {
+        if !self.on {
+            return;
+        }
+        match self.bar.borrow().as_ref() {
+            Some(bar) => bar.println(text),
+            None => eprintln!("{text}"),
+        }
+    }
+}

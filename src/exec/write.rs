@@ -1,0 +1,252 @@
+//! Writing a finished run: every rank writes its shards into the run directory rank 0 created,
+//! rank 0 gathers each written tensor for its global checksum (and the whole file with
+//! `gather = true`), writes `manifest.json` last and renames the directory into place.
+
+use super::{Options, Outcome, progress::Progress};
+use crate::backend::Backend;
+use crate::dist::Placement;
+use crate::ops::step::regather;
+use crate::output::checksum::Hasher;
+use crate::output::manifest::{
+    self, CheckRecord, Manifest, RankInfo, ShardRecord, TensorRecord, TimeStats,
+};
+use crate::output::npy::write_npy_in;
+use crate::output::rundir::{RunDir, default_path};
+use crate::plan::{Plan, TensorState, resolved_dist};
+use crate::runtime::Context;
+use crate::spec::Loaded;
+use crate::spec::tensor::{Distribution, Layout};
+use anyhow::{Context as _, Result};
+use indexmap::IndexMap;
+use std::path::{Path, PathBuf};
+
+/// Writes the run directory of a finished run (every rank takes part).
+pub fn write<B: Backend>(
+    b: &B,
+    loaded: &Loaded,
+    plan: &Plan,
+    ctx: &Context,
+    opts: &Options,
+    outcome: Outcome<B>,
+    progress: &Progress,
+) -> Result<()> {
+    let spec = &loaded.spec;
+    let (ranks, rank) = (b.ranks() as u64, b.rank() as u64);
+    let algorithm = spec.output.checksum;
+    let final_path = opts.out.clone().unwrap_or_else(|| {
+        default_path(Path::new(&spec.output.dir), &spec.job.name, outcome.started)
+    });
+    // Rank 0 creates the directory under a temporary name; the others open it by that name.
+    let created = if rank == 0 {
+        Some(
+            RunDir::create(final_path.clone())
+                .with_context(|| format!("cannot create {}", final_path.display()))?,
+        )
+    } else {
+        None
+    };
+    let mine = created
+        .as_ref()
+        .map(|d| d.path().as_os_str().as_encoded_bytes().to_vec())
+        .unwrap_or_default();
+    let temp = b.all_gather_bytes(&mine)?.swap_remove(0);
+    let rundir = match created {
+        Some(dir) => dir,
+        None => RunDir::open(
+            PathBuf::from(String::from_utf8_lossy(&temp).into_owned()),
+            final_path,
+        )
+        .context("cannot open the run directory rank 0 created")?,
+    };
+
+    let mut shards: Vec<(String, ShardRecord)> = Vec::new();
+    let mut globals: IndexMap<String, (String, Option<(String, String)>)> = IndexMap::new();
+    for name in &spec.output.tensors {
+        let (state, buf) = &outcome.tensors[name];
+        if let Some(local) = Placement::new(&state.dist, &state.shape, ranks).local_shape(rank) {
+            let file = format!("{name}.rank{rank}.npy");
+            let data = b.download(buf)?;
+            let checksum = write_npy_in(
+                &rundir,
+                &file,
+                algorithm,
+                state.dtype,
+                &local,
+                state.layout,
+                &data,
+            )
+            .with_context(|| format!("cannot write {file}"))?;
+            shards.push((
+                name.clone(),
+                ShardRecord {
+                    rank,
+                    file,
+                    checksum,
+                },
+            ));
+        }
+        if let Some((shape, whole)) = global(b, state, buf)? {
+            let mut h = Hasher::new(algorithm);
+            h.update(&whole);
+            let file = if spec.output.gather {
+                let file = format!("{name}.npy");
+                let checksum = write_npy_in(
+                    &rundir,
+                    &file,
+                    algorithm,
+                    state.dtype,
+                    &shape,
+                    Layout::C,
+                    &whole,
+                )
+                .with_context(|| format!("cannot write {file}"))?;
+                Some((file, checksum))
+            } else {
+                None
+            };
+            globals.insert(name.clone(), (h.finish(), file));
+        }
+    }
+    // Every rank's shards and whereabouts reach rank 0 (this also waits for every shard).
+    let shards = b.all_gather_bytes(&serde_json::to_vec(&shards)?)?;
+    let me = RankInfo {
+        rank,
+        host: ctx.host.clone(),
+        device: b.device(),
+    };
+    let infos = b.all_gather_bytes(&serde_json::to_vec(&me)?)?;
+    if rank == 0 {
+        let mut all: Vec<(String, ShardRecord)> = Vec::new();
+        for bytes in &shards {
+            all.extend(serde_json::from_slice::<Vec<(String, ShardRecord)>>(bytes)?);
+        }
+        let rank_info = infos
+            .iter()
+            .map(|bytes| serde_json::from_slice(bytes))
+            .collect::<Result<Vec<RankInfo>, _>>()?;
+        let m = manifest(loaded, plan, &outcome, rank_info, all, globals, ranks);
+        manifest::write_manifest(&rundir, &m).context("cannot write manifest.json")?;
+        let path = rundir
+            .commit()
+            .context("cannot rename the run directory into place")?;
+        progress.line(&format!("distrun: wrote {}", path.display()));
+        println!("{}", path.display());
+    }
+    b.barrier()
+}
+
+/// The whole tensor in C order on rank 0 (None elsewhere), with its shape: a partial tensor is
+/// the stack of every rank's array.
+fn global<B: Backend>(
+    b: &B,
+    state: &TensorState,
+    buf: &B::Buf,
+) -> Result<Option<(Vec<u64>, Vec<u8>)>> {
+    let ranks = b.ranks() as u64;
+    if state.dist == Distribution::Partial {
+        let c = TensorState {
+            layout: Layout::C,
+            ..state.clone()
+        };
+        let mine = b.download(&regather(b, state, buf, &c)?)?;
+        let rows = b.all_gather_bytes(&mine)?;
+        let shape = std::iter::once(ranks)
+            .chain(state.shape.iter().copied())
+            .collect();
+        return Ok((b.rank() == 0).then(|| (shape, rows.concat())));
+    }
+    let at_root = TensorState {
+        dist: Distribution::Root(0),
+        layout: Layout::C,
+        ..state.clone()
+    };
+    let whole = b.download(&regather(b, state, buf, &at_root)?)?;
+    Ok((b.rank() == 0).then(|| (state.shape.clone(), whole)))
+}
+
+fn manifest<B: Backend>(
+    loaded: &Loaded,
+    plan: &Plan,
+    outcome: &Outcome<B>,
+    rank_info: Vec<RankInfo>,
+    shards: Vec<(String, ShardRecord)>,
+    globals: IndexMap<String, (String, Option<(String, String)>)>,
+    ranks: u64,
+) -> Manifest {
+    let spec = &loaded.spec;
+    let steps = outcome
+        .steps
+        .iter()
+        .zip(&plan.steps)
+        .map(|(s, planned)| {
+            let mut sorted = s.times.clone();
+            sorted.sort_by(f64::total_cmp);
+            let median = sorted.get(sorted.len() / 2).copied().unwrap_or(0.0);
+            let bw = s.bandwidth.filter(|_| median > 0.0).map(|(bytes, factor)| {
+                let alg = bytes / median / 1e9;
+                (alg, alg * factor)
+            });
+            manifest::StepRecord {
+                name: s.name.clone(),
+                op: s.op.to_string(),
+                algorithm: planned.algorithm.map(str::to_string),
+                iterations: s.times.len() as u64,
+                warmup: u64::from(s.warmup),
+                time_s: TimeStats {
+                    min: sorted.first().copied().unwrap_or(0.0),
+                    median,
+                    max: sorted.last().copied().unwrap_or(0.0),
+                },
+                tflops: None,
+                algbw_gbs: bw.map(|b| b.0),
+                busbw_gbs: bw.map(|b| b.1),
+                check: s.check.map(|c| CheckRecord {
+                    passed: c.passed,
+                    max_error: c.max_error,
+                }),
+            }
+        })
+        .collect();
+    let tensors = globals
+        .into_iter()
+        .map(|(name, (checksum, file))| {
+            let (state, _) = &outcome.tensors[&name];
+            let record = TensorRecord {
+                shape: state.shape.clone(),
+                dtype: state.dtype,
+                layout: state.layout,
+                distribution: serde_json::to_value(resolved_dist(
+                    &state.dist,
+                    state.shape.len(),
+                    ranks,
+                ))
+                .expect("a distribution serializes"),
+                checksum,
+                shards: shards
+                    .iter()
+                    .filter(|(n, _)| *n == name)
+                    .map(|(_, s)| s.clone())
+                    .collect(),
+                file: file.as_ref().map(|f| f.0.clone()),
+                file_checksum: file.map(|f| f.1),
+            };
+            (name, record)
+        })
+        .collect();
+    Manifest {
+        distrun_version: env!("CARGO_PKG_VERSION").to_string(),
+        started_utc: manifest::utc_string(outcome.started),
+        finished_utc: manifest::utc_string(chrono::Utc::now()),
+        spec: serde_json::to_value(spec).expect("a spec serializes"),
+        spec_sha256: {
+            let mut h = Hasher::new(crate::spec::model::Checksum::Sha256);
+            h.update(loaded.source.text.as_bytes());
+            h.finish().trim_start_matches("sha256:").to_string()
+        },
+        ranks,
+        rank_info,
+        checksum_algorithm: spec.output.checksum,
+        steps,
+        tensors,
+    }
+}

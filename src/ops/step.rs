@@ -1,0 +1,309 @@
+//! Data-movement steps (redistribute and the collectives) prepared once and run many times over a
+//! backend: plans and scratch buffers are made before the timed iterations.
+
+use super::exchange::{self, Exchange, Side};
+use crate::backend::Backend;
+use crate::dist::Placement;
+use crate::plan::TensorState;
+use crate::spec::step::{ReduceOp, SendRecvPattern, Step};
+use crate::spec::tensor::Distribution;
+use anyhow::{Result, bail};
+
+/// Bytes of `rank`'s piece of a tensor in a state.
+pub fn local_bytes(state: &TensorState, ranks: u64, rank: u64) -> usize {
+    Placement::new(&state.dist, &state.shape, ranks)
+        .local_shape(rank)
+        .map_or(0, |s| {
+            s.iter().product::<u64>() as usize * state.dtype.size() as usize
+        })
+}
+
+/// One exchange with its buffers.
+struct Movement {
+    ex: Exchange,
+    elem: usize,
+}
+
+impl Movement {
+    fn new(from: &TensorState, to: &TensorState, ranks: u64, rank: u64) -> Self {
+        let side =
+            |s: &TensorState| -> (Distribution, Vec<u64>) { (s.dist.clone(), s.shape.clone()) };
+        let (fd, fs) = side(from);
+        let (td, ts) = side(to);
+        let ex = exchange::plan(
+            Side {
+                dist: &fd,
+                shape: &fs,
+                layout: from.layout,
+            },
+            Side {
+                dist: &td,
+                shape: &ts,
+                layout: to.layout,
+            },
+            ranks,
+            rank,
+        );
+        Movement {
+            ex,
+            elem: from.dtype.size() as usize,
+        }
+    }
+
+    fn run<B: Backend>(
+        &self,
+        b: &B,
+        src: &B::Buf,
+        send: &mut B::Buf,
+        recv: &mut B::Buf,
+        out: &mut B::Buf,
+    ) -> Result<()> {
+        b.copy_runs(src, send, &self.ex.pack, self.elem);
+        if b.ranks() > 1 {
+            b.all_to_all_v(
+                send,
+                &self.ex.send_counts,
+                recv,
+                &self.ex.recv_counts,
+                self.elem,
+            )?;
+        }
+        b.copy_runs(src, out, &self.ex.local, self.elem);
+        b.copy_runs(recv, out, &self.ex.unpack, self.elem);
+        Ok(())
+    }
+
+    fn buffers<B: Backend>(&self, b: &B) -> Result<(B::Buf, B::Buf)> {
+        Ok((
+            b.zeros(self.ex.sent() * self.elem)?,
+            b.zeros(self.ex.recv_counts.iter().sum::<usize>() * self.elem)?,
+        ))
+    }
+}
+
+enum Kernel {
+    /// An exchange (redistribute, all_gather, gather, scatter, all_to_all).
+    Move(Movement),
+    AllReduce(ReduceOp),
+    Reduce(ReduceOp, usize),
+    /// The send buffer packing, then the reduction.
+    ReduceScatter(Vec<exchange::Run>, ReduceOp),
+    Broadcast(usize),
+    /// Element counts to send to and receive from each rank; `keep` copies the rank's own row.
+    SendRecv {
+        send: Vec<usize>,
+        recv: Vec<usize>,
+        keep: bool,
+    },
+    Barrier,
+}
+
+/// A step ready to run: its plan, scratch buffers and output buffer.
+pub struct Prepared<B: Backend> {
+    kernel: Kernel,
+    dtype: crate::spec::tensor::DType,
+    scratch: Vec<B::Buf>,
+    out: B::Buf,
+    /// A local change of layout applied after the kernel, when the output's layout differs.
+    relayout: Option<(Movement, B::Buf)>,
+    /// Bytes this rank sends to others per run (for bus bandwidth).
+    pub sent_bytes: usize,
+}
+
+impl<B: Backend> Prepared<B> {
+    /// Prepares a data-movement step from its input's state to its output's.
+    pub fn new(b: &B, step: &Step, input: &TensorState, output: &TensorState) -> Result<Self> {
+        let (ranks, rank) = (b.ranks() as u64, b.rank() as u64);
+        let elem = input.dtype.size() as usize;
+        let out_bytes = local_bytes(output, ranks, rank);
+        // Kernels that leave the input's layout; a relayout follows when the output wants another.
+        let same_layout = TensorState {
+            layout: input.layout,
+            ..output.clone()
+        };
+        let relayout = |b: &B| -> Result<Option<(Movement, B::Buf)>> {
+            if input.layout == output.layout {
+                return Ok(None);
+            }
+            Ok(Some((
+                Movement::new(&same_layout, output, ranks, rank),
+                b.zeros(out_bytes)?,
+            )))
+        };
+        let mut scratch = Vec::new();
+        let (kernel, relayout) = match step {
+            Step::Redistribute(_)
+            | Step::AllGather(_)
+            | Step::Gather(_)
+            | Step::Scatter(_)
+            | Step::AllToAll(_) => {
+                let m = Movement::new(input, output, ranks, rank);
+                let (send, recv) = m.buffers(b)?;
+                scratch.extend([send, recv]);
+                (Kernel::Move(m), None)
+            }
+            Step::AllReduce(s) => (Kernel::AllReduce(s.reduce), relayout(b)?),
+            Step::Reduce(s) => (Kernel::Reduce(s.reduce, s.root as usize), relayout(b)?),
+            Step::Broadcast(_) => {
+                let Distribution::Root(root) = input.dist else {
+                    bail!("broadcast of a tensor no root holds");
+                };
+                (Kernel::Broadcast(root as usize), relayout(b)?)
+            }
+            Step::ReduceScatter(s) => {
+                let block = out_bytes / elem;
+                let to = Side {
+                    dist: &output.dist,
+                    shape: &output.shape,
+                    layout: output.layout,
+                };
+                let runs = exchange::blocks(input.layout, to, ranks, block);
+                scratch.push(b.zeros(block * ranks as usize * elem)?);
+                (Kernel::ReduceScatter(runs, s.reduce), None)
+            }
+            Step::SendRecv(s) => {
+                let row = out_bytes / elem;
+                let p = ranks as usize;
+                let me = rank as usize;
+                let pairs: Vec<(usize, usize)> = match &s.pairs {
+                    Some(pairs) => pairs
+                        .iter()
+                        .map(|[a, b]| (*a as usize, *b as usize))
+                        .collect(),
+                    None => match s.pattern {
+                        SendRecvPattern::Ring => (0..p).map(|r| (r, (r + 1) % p)).collect(),
+                    },
+                };
+                let mut send = vec![0; p];
+                let mut recv = vec![0; p];
+                let mut keep = false;
+                for &(src, dst) in &pairs {
+                    if src == me && dst == me {
+                        keep = true;
+                    } else if src == me {
+                        send[dst] = row;
+                    } else if dst == me {
+                        recv[src] = row;
+                    }
+                }
+                let sends = send.iter().filter(|&&c| c > 0).count();
+                scratch.extend([b.zeros(sends * row * elem)?]);
+                (Kernel::SendRecv { send, recv, keep }, relayout(b)?)
+            }
+            Step::Barrier(_) => (Kernel::Barrier, None),
+            Step::Matmul(_) | Step::Fft(_) => bail!("{} is not a data-movement step", step.op()),
+        };
+        let sent_bytes = match &kernel {
+            Kernel::Move(m) => m.ex.sent() * elem,
+            Kernel::SendRecv { send, .. } => send.iter().sum::<usize>() * elem,
+            _ => 0,
+        };
+        let kernel_out = match (&kernel, &relayout) {
+            (Kernel::Barrier, _) => 0,
+            (_, Some(_)) => local_bytes(&same_layout, ranks, rank),
+            _ => out_bytes,
+        };
+        Ok(Prepared {
+            kernel,
+            dtype: input.dtype,
+            scratch,
+            out: b.zeros(kernel_out)?,
+            relayout,
+            sent_bytes,
+        })
+    }
+
+    /// Runs the step once on `input`.
+    pub fn run(&mut self, b: &B, input: &B::Buf) -> Result<()> {
+        let dtype = self.dtype;
+        let elem = dtype.size() as usize;
+        match &self.kernel {
+            Kernel::Move(m) => {
+                let [send, recv] = &mut self.scratch[..] else {
+                    unreachable!("a movement has two scratch buffers")
+                };
+                m.run(b, input, send, recv, &mut self.out)?;
+            }
+            Kernel::AllReduce(op) => b.all_reduce(input, &mut self.out, dtype, *op)?,
+            Kernel::Reduce(op, root) => b.reduce(input, &mut self.out, dtype, *op, *root)?,
+            Kernel::ReduceScatter(runs, op) => {
+                let send = &mut self.scratch[0];
+                b.copy_runs(input, send, runs, elem);
+                b.reduce_scatter(send, &mut self.out, dtype, *op)?;
+            }
+            Kernel::Broadcast(root) => {
+                if b.rank() == *root {
+                    let whole = [exchange::Run {
+                        src: 0,
+                        dst: 0,
+                        count: b.len(input) / elem,
+                        src_stride: 1,
+                        dst_stride: 1,
+                    }];
+                    b.copy_runs(input, &mut self.out, &whole, elem);
+                }
+                b.broadcast(&mut self.out, *root)?;
+            }
+            Kernel::SendRecv { send, recv, keep } => {
+                let row = send.iter().chain(recv).copied().max().unwrap_or(0);
+                let staged = &mut self.scratch[0];
+                let copies: Vec<exchange::Run> = (0..send.iter().filter(|&&c| c > 0).count())
+                    .map(|k| exchange::Run {
+                        src: 0,
+                        dst: k * row,
+                        count: row,
+                        src_stride: 1,
+                        dst_stride: 1,
+                    })
+                    .collect();
+                b.copy_runs(input, staged, &copies, elem);
+                b.all_to_all_v(staged, send, &mut self.out, recv, elem)?;
+                if *keep {
+                    let n = b.len(input) / elem;
+                    b.copy_runs(
+                        input,
+                        &mut self.out,
+                        &[exchange::Run {
+                            src: 0,
+                            dst: 0,
+                            count: n,
+                            src_stride: 1,
+                            dst_stride: 1,
+                        }],
+                        elem,
+                    );
+                }
+            }
+            Kernel::Barrier => b.barrier()?,
+        }
+        if let Some((m, out)) = &mut self.relayout {
+            let mut none = (b.zeros(0)?, b.zeros(0)?);
+            m.run(b, &self.out, &mut none.0, &mut none.1, out)?;
+        }
+        Ok(())
+    }
+
+    /// The output of the last run.
+    pub fn into_output(self) -> B::Buf {
+        match self.relayout {
+            Some((_, out)) => out,
+            None => self.out,
+        }
+    }
+}
+
+/// A tensor's piece moved to another distribution or layout on every rank (outside any timed
+/// step: gathering for checksums and whole-tensor files).
+pub fn regather<B: Backend>(
+    b: &B,
+    from: &TensorState,
+    buf: &B::Buf,
+    to: &TensorState,
+) -> Result<B::Buf> {
+    let (ranks, rank) = (b.ranks() as u64, b.rank() as u64);
+    let m = Movement::new(from, to, ranks, rank);
+    let (mut send, mut recv) = m.buffers(b)?;
+    let mut out = b.zeros(local_bytes(to, ranks, rank))?;
+    m.run(b, buf, &mut send, &mut recv, &mut out)?;
+    Ok(out)
+}

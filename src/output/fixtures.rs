@@ -1,0 +1,99 @@
+//! Test fixtures: scratch directories and a sample manifest.
+
+use super::manifest::{
+    CheckRecord, Manifest, RankInfo, ShardRecord, StepRecord, TensorRecord, TimeStats,
+};
+use crate::spec::model::Checksum;
+use crate::spec::tensor::{DType, Layout};
+use indexmap::IndexMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+static NEXT: AtomicUsize = AtomicUsize::new(0);
+
+/// A fresh, empty directory under the system's temporary directory.
+pub struct TestDir(PathBuf);
+
+impl TestDir {
+    /// Creates `distrun-output-<label>-<pid>-<n>`.
+    pub fn new(label: &str) -> TestDir {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let path =
+            std::env::temp_dir().join(format!("distrun-output-{label}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).unwrap();
+        TestDir(path)
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A manifest for two ranks with one step and one written tensor `a` (f32, shape [4, 2], slab 0)
+/// whose shards are `a.rank0.npy`, `a.rank1.npy` and gathered file `a.npy`, checksums left empty.
+pub fn sample_manifest(algorithm: Checksum) -> Manifest {
+    let mut tensors = IndexMap::new();
+    tensors.insert(
+        "a".to_string(),
+        TensorRecord {
+            shape: vec![4, 2],
+            dtype: DType::F32,
+            layout: Layout::C,
+            distribution: serde_json::json!({"slab": 0}),
+            checksum: String::new(),
+            shards: (0..2)
+                .map(|rank| ShardRecord {
+                    rank,
+                    file: format!("a.rank{rank}.npy"),
+                    checksum: String::new(),
+                })
+                .collect(),
+            file: Some("a.npy".to_string()),
+            file_checksum: Some(String::new()),
+        },
+    );
+    Manifest {
+        distrun_version: env!("CARGO_PKG_VERSION").to_string(),
+        started_utc: "2026-11-21T17:30:45.000Z".to_string(),
+        finished_utc: "2026-11-21T17:30:47.500Z".to_string(),
+        spec: serde_json::json!({"job": {"name": "sample", "seed": 0}}),
+        spec_sha256: "0".repeat(64),
+        ranks: 2,
+        rank_info: (0..2)
+            .map(|rank| RankInfo {
+                rank,
+                host: "node1".to_string(),
+                device: "cpu".to_string(),
+            })
+            .collect(),
+        checksum_algorithm: algorithm,
+        steps: vec![StepRecord {
+            name: "matmul-0".to_string(),
+            op: "matmul".to_string(),
+            algorithm: Some("ag_gemm".to_string()),
+            iterations: 5,
+            warmup: 1,
+            time_s: TimeStats {
+                min: 0.001,
+                median: 0.0012,
+                max: 0.002,
+            },
+            tflops: Some(12.5),
+            algbw_gbs: None,
+            busbw_gbs: None,
+            check: Some(CheckRecord {
+                passed: true,
+                max_error: 1.5e-6,
+            }),
+        }],
+        tensors,
+    }
+}

@@ -1,0 +1,170 @@
+//! `manifest.json`: what a run was, how it went, and every file it wrote with its checksum.
+
+use super::rundir::RunDir;
+use crate::spec::model::Checksum;
+use crate::spec::tensor::{DType, Layout};
+use anyhow::Context;
+use chrono::{DateTime, SecondsFormat, Utc};
+use indexmap::IndexMap;
+use serde::{Deserialize, Deserializer, Serialize};
+use std::io::{self, Write};
+use std::path::Path;
+
+/// The manifest's file name inside a run directory.
+pub const MANIFEST_FILE: &str = "manifest.json";
+
+/// The top of `manifest.json`. Readers ignore keys they do not know.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// The distrun version that ran (`CARGO_PKG_VERSION`).
+    pub distrun_version: String,
+    /// When the run started, RFC 3339 in UTC (see [`utc_string`]).
+    pub started_utc: String,
+    /// When the run finished, RFC 3339 in UTC.
+    pub finished_utc: String,
+    /// The spec as run, with defaults filled in.
+    pub spec: serde_json::Value,
+    /// SHA-256 of the spec file's bytes, 64 hex digits (no algorithm prefix).
+    pub spec_sha256: String,
+    /// How many ranks ran.
+    pub ranks: u64,
+    /// Where each rank ran, indexed by rank.
+    pub rank_info: Vec<RankInfo>,
+    /// The algorithm of every checksum in the manifest.
+    pub checksum_algorithm: Checksum,
+    /// The steps, in the order they ran.
+    pub steps: Vec<StepRecord>,
+    /// The written tensors, by name.
+    pub tensors: IndexMap<String, TensorRecord>,
+}
+
+/// Where one rank ran.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankInfo {
+    /// The rank.
+    pub rank: u64,
+    /// Its host name.
+    pub host: String,
+    /// Its device, e.g. `cpu` or `cuda:0 (NVIDIA H100 80GB HBM3)`.
+    pub device: String,
+}
+
+/// How one step went.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepRecord {
+    /// The step's name (its own, or its op and index).
+    pub name: String,
+    /// The op, as in the spec (`matmul`, `all_reduce`, ...).
+    pub op: String,
+    /// The algorithm chosen, where the op has a choice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub algorithm: Option<String>,
+    /// Timed runs.
+    pub iterations: u64,
+    /// Untimed runs before them.
+    pub warmup: u64,
+    /// Seconds per iteration, of the slowest rank.
+    pub time_s: TimeStats,
+    /// Tera floating-point operations per second at the median time (matmul: 2mnk/t).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tflops: Option<f64>,
+    /// Algorithm bandwidth, GB/s, at the median time (collectives).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub algbw_gbs: Option<f64>,
+    /// Bus bandwidth, GB/s, with nccl-tests' factors (collectives).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub busbw_gbs: Option<f64>,
+    /// The step's own verification, when `check = true`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<CheckRecord>,
+}
+
+/// Minimum, median and maximum over iterations, in seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TimeStats {
+    /// Fastest iteration.
+    pub min: f64,
+    /// Median iteration.
+    pub median: f64,
+    /// Slowest iteration.
+    pub max: f64,
+}
+
+/// The outcome of a step's check.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CheckRecord {
+    /// Whether the check passed.
+    pub passed: bool,
+    /// The largest error seen (JSON has no NaN or infinity: they are written as null, and null
+    /// reads back as NaN).
+    #[serde(deserialize_with = "f64_or_nan")]
+    pub max_error: f64,
+}
+
+/// Reads a number, or null as NaN.
+fn f64_or_nan<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+}
+
+/// One written tensor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TensorRecord {
+    /// Global shape.
+    pub shape: Vec<u64>,
+    /// Element type.
+    pub dtype: DType,
+    /// Layout of the pieces (and of the gathered file).
+    pub layout: Layout,
+    /// The distribution, as in the spec.
+    pub distribution: serde_json::Value,
+    /// Checksum of the global tensor, the same for any rank count and distribution.
+    pub checksum: String,
+    /// One `.npy` per rank, in rank order.
+    pub shards: Vec<ShardRecord>,
+    /// The gathered `.npy` holding the whole tensor (with `gather = true`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    /// The checksum of `file`'s bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_checksum: Option<String>,
+}
+
+/// One rank's `.npy` of a tensor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardRecord {
+    /// The rank.
+    pub rank: u64,
+    /// The file's name, relative to the run directory.
+    pub file: String,
+    /// The checksum of the file's bytes.
+    pub checksum: String,
+}
+
+/// A time as the manifest writes it: RFC 3339 in UTC, milliseconds, e.g.
+/// `2026-11-21T17:30:45.123Z`.
+pub fn utc_string(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+/// Writes `manifest.json` into the run directory (pretty JSON, atomically). Write it last, just
+/// before the commit.
+pub fn write_manifest(rundir: &RunDir, m: &Manifest) -> io::Result<()> {
+    rundir.write_file(MANIFEST_FILE, |file| {
+        let mut w = io::BufWriter::new(file);
+        serde_json::to_writer_pretty(&mut w, m)?;
+        w.write_all(b"\n")?;
+        w.flush()
+    })
+}
+
+/// Reads `manifest.json` from a run directory.
+pub fn read_manifest(dir: &Path) -> anyhow::Result<Manifest> {
+    let path = dir.join(MANIFEST_FILE);
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a distrun manifest", path.display()))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,102 @@
+//! Process groups: one rank without a launcher, or MPI_COMM_WORLD; the rank's context, and how a
+//! failure on one rank stops every rank.
+
+pub mod comm;
+pub mod launcher;
+pub mod mpi;
+
+use crate::spec::model::ProcessGroup;
+use anyhow::{Result, bail};
+use comm::{Comm, Single};
+
+/// A started process group.
+pub struct Context {
+    /// How this rank talks to the others.
+    pub comm: Box<dyn Comm>,
+    /// This host's name.
+    pub host: String,
+    /// Keeps MPI initialized while the context lives (finalizes on drop).
+    _universe: Option<::mpi::environment::Universe>,
+}
+
+impl Context {
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.comm.rank()
+    }
+
+    /// Number of ranks.
+    pub fn size(&self) -> usize {
+        self.comm.size()
+    }
+
+    /// Reports `err` as this rank's failure and ends every rank: the message once, prefixed with
+    /// the rank, then MPI_Abort (which makes the launcher stop the others) or exit 1.
+    pub fn fail(&self, err: &anyhow::Error) -> ! {
+        eprintln!("distrun: rank {}: {err:#}", self.rank());
+        if self.size() > 1 {
+            self.comm.abort(1);
+        }
+        std::process::exit(1)
+    }
+}
+
+/// Starts the process group a spec asks for, checking the rank count it requires.
+pub fn start(group: ProcessGroup, required: Option<u32>) -> Result<Context> {
+    let launcher = launcher::from_env();
+    let use_mpi = match group {
+        ProcessGroup::Single => {
+            if let Some(l) = launcher.as_ref().filter(|l| l.size.is_some_and(|n| n > 1)) {
+                bail!(
+                    "process_group = \"single\", but {} started {} ranks: use \"mpi\" or \"auto\"",
+                    l.name,
+                    l.size.unwrap_or(0)
+                );
+            }
+            false
+        }
+        ProcessGroup::Mpi => true,
+        ProcessGroup::Auto => launcher.is_some(),
+    };
+    let host = gethostname::gethostname().to_string_lossy().into_owned();
+    let (comm, universe): (Box<dyn Comm>, _) = if use_mpi {
+        let (universe, _) = ::mpi::initialize_with_threading(::mpi::Threading::Funneled)
+            .ok_or_else(|| anyhow::anyhow!("MPI was already initialized"))?;
+        (Box::new(mpi::MpiComm::world()), Some(universe))
+    } else {
+        (Box::new(Single), None)
+    };
+    let size = comm.size() as u64;
+    if let Some(l) = &launcher
+        && let Some(n) = l.size.filter(|&n| n != size)
+    {
+        bail!(
+            "{} started {n} ranks, but this process sees a world of {size}: the binary is \
+                 linked against another MPI ({}) than the launcher's; start it with the mpiexec \
+                 of the MPI it was built with",
+            l.name,
+            mpi_library()
+        );
+    }
+    if let Some(want) = required.filter(|&w| u64::from(w) != size) {
+        let cause = if size == 1 && launcher.is_none() {
+            " (started without a launcher: use mpiexec -n N)".to_string()
+        } else {
+            String::new()
+        };
+        bail!("the spec requires runtime.ranks = {want}, but the job has {size} rank(s){cause}");
+    }
+    Ok(Context {
+        comm,
+        host,
+        _universe: universe,
+    })
+}
+
+/// The MPI library's own version line, first line only.
+fn mpi_library() -> String {
+    ::mpi::environment::library_version()
+        .ok()
+        .and_then(|v| v.lines().next().map(str::to_string))
+        .unwrap_or_else(|| "unknown MPI".into())
+}

@@ -1,0 +1,351 @@
+//! MPI_COMM_WORLD as a [`Comm`], through the MPI C API that the `mpi` crate exposes.
+
+use super::comm::{Comm, Elem, Op};
+use anyhow::{Result, bail};
+use mpi::ffi;
+use std::os::raw::{c_int, c_void};
+
+/// The world communicator of an initialized MPI (keep the `Universe` alive beside it).
+pub struct MpiComm {
+    rank: usize,
+    size: usize,
+}
+
+/// The most elements one MPI call takes for one peer or in one buffer (counts are C ints).
+const MAX_COUNT: usize = i32::MAX as usize;
+
+fn check(code: c_int, what: &str) -> Result<()> {
+    if code != 0 {
+        bail!("{what} failed with MPI error {code}");
+    }
+    Ok(())
+}
+
+fn world() -> ffi::MPI_Comm {
+    // SAFETY: a constant handle set by the MPI library at load time.
+    unsafe { ffi::RSMPI_COMM_WORLD }
+}
+
+fn datatype(elem: Elem) -> ffi::MPI_Datatype {
+    // SAFETY: constant handles.
+    unsafe {
+        match elem {
+            Elem::F32 => ffi::RSMPI_FLOAT,
+            Elem::F64 => ffi::RSMPI_DOUBLE,
+            Elem::C64 => ffi::RSMPI_FLOAT_COMPLEX,
+            Elem::C128 => ffi::RSMPI_DOUBLE_COMPLEX,
+            Elem::I8 => ffi::RSMPI_INT8_T,
+            Elem::U8 => ffi::RSMPI_UINT8_T,
+            Elem::I32 => ffi::RSMPI_INT32_T,
+            Elem::U32 => ffi::RSMPI_UINT32_T,
+            Elem::I64 => ffi::RSMPI_INT64_T,
+            Elem::U64 => ffi::RSMPI_UINT64_T,
+        }
+    }
+}
+
+fn operation(op: Op) -> ffi::MPI_Op {
+    // SAFETY: constant handles.
+    unsafe {
+        match op {
+            Op::Sum => ffi::RSMPI_SUM,
+            Op::Prod => ffi::RSMPI_PROD,
+            Op::Min => ffi::RSMPI_MIN,
+            Op::Max => ffi::RSMPI_MAX,
+        }
+    }
+}
+
+/// A committed contiguous datatype of `bytes` bytes, freed on drop.
+struct Contiguous(ffi::MPI_Datatype);
+
+impl Contiguous {
+    fn new(bytes: usize) -> Result<Self> {
+        let mut t: ffi::MPI_Datatype = unsafe { ffi::RSMPI_DATATYPE_NULL };
+        // SAFETY: valid out-pointer; byte type is a constant handle.
+        unsafe {
+            check(
+                ffi::MPI_Type_contiguous(bytes as c_int, ffi::RSMPI_UINT8_T, &mut t),
+                "MPI_Type_contiguous",
+            )?;
+            check(ffi::MPI_Type_commit(&mut t), "MPI_Type_commit")?;
+        }
+        Ok(Contiguous(t))
+    }
+}
+
+impl Drop for Contiguous {
+    fn drop(&mut self) {
+        // SAFETY: a type this value committed.
+        unsafe {
+            ffi::MPI_Type_free(&mut self.0);
+        }
+    }
+}
+
+fn counts_and_displs(counts: &[usize]) -> Result<(Vec<c_int>, Vec<c_int>)> {
+    let total: usize = counts.iter().sum();
+    if total > MAX_COUNT {
+        bail!(
+            "an exchange of {total} elements on one rank is more than MPI's counts can address ({MAX_COUNT})"
+        );
+    }
+    let mut displs = Vec::with_capacity(counts.len());
+    let mut at = 0;
+    for &c in counts {
+        displs.push(at as c_int);
+        at += c;
+    }
+    Ok((counts.iter().map(|&c| c as c_int).collect(), displs))
+}
+
+impl MpiComm {
+    /// The world communicator of an initialized MPI.
+    pub fn world() -> Self {
+        let (mut rank, mut size) = (0, 0);
+        // SAFETY: MPI is initialized by the caller; valid out-pointers.
+        unsafe {
+            ffi::MPI_Comm_rank(world(), &mut rank);
+            ffi::MPI_Comm_size(world(), &mut size);
+        }
+        MpiComm {
+            rank: rank as usize,
+            size: size as usize,
+        }
+    }
+
+    /// Runs `call(offset, count)` over `n` elements in chunks MPI can count.
+    fn chunked(n: usize, mut call: impl FnMut(usize, usize) -> Result<()>) -> Result<()> {
+        let mut at = 0;
+        while at < n {
+            let count = (n - at).min(MAX_COUNT);
+            call(at, count)?;
+            at += count;
+        }
+        Ok(())
+    }
+}
+
+impl Comm for MpiComm {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    fn barrier(&self) -> Result<()> {
+        // SAFETY: collective on an initialized world.
+        check(unsafe { ffi::MPI_Barrier(world()) }, "MPI_Barrier")
+    }
+
+    fn all_to_all_v(
+        &self,
+        send: &[u8],
+        send_counts: &[usize],
+        recv: &mut [u8],
+        recv_counts: &[usize],
+        elem_size: usize,
+    ) -> Result<()> {
+        let t = Contiguous::new(elem_size)?;
+        let (sc, sd) = counts_and_displs(send_counts)?;
+        let (rc, rd) = counts_and_displs(recv_counts)?;
+        debug_assert!(send.len() >= send_counts.iter().sum::<usize>() * elem_size);
+        debug_assert!(recv.len() >= recv_counts.iter().sum::<usize>() * elem_size);
+        // Empty Vecs share one dangling address, which Open MPI takes for aliased buffers: give
+        // empty buffers distinct addresses.
+        let (mut no_send, mut no_recv) = (0u8, 0u8);
+        let send_ptr = if send.is_empty() {
+            &mut no_send as *mut u8 as *const c_void
+        } else {
+            send.as_ptr() as *const c_void
+        };
+        let recv_ptr = if recv.is_empty() {
+            &mut no_recv as *mut u8 as *mut c_void
+        } else {
+            recv.as_mut_ptr() as *mut c_void
+        };
+        // SAFETY: buffers hold the counted elements (checked above in debug builds, and by the
+        // exchange plans that size them).
+        check(
+            unsafe {
+                ffi::MPI_Alltoallv(
+                    send_ptr,
+                    sc.as_ptr(),
+                    sd.as_ptr(),
+                    t.0,
+                    recv_ptr,
+                    rc.as_ptr(),
+                    rd.as_ptr(),
+                    t.0,
+                    world(),
+                )
+            },
+            "MPI_Alltoallv",
+        )
+    }
+
+    fn all_reduce(&self, send: &[u8], recv: &mut [u8], elem: Elem, op: Op) -> Result<()> {
+        let s = elem.size();
+        Self::chunked(send.len() / s, |at, n| {
+            // SAFETY: both buffers hold n elements from `at`.
+            check(
+                unsafe {
+                    ffi::MPI_Allreduce(
+                        send[at * s..].as_ptr() as *const c_void,
+                        recv[at * s..].as_mut_ptr() as *mut c_void,
+                        n as c_int,
+                        datatype(elem),
+                        operation(op),
+                        world(),
+                    )
+                },
+                "MPI_Allreduce",
+            )
+        })
+    }
+
+    fn reduce(&self, send: &[u8], recv: &mut [u8], elem: Elem, op: Op, root: usize) -> Result<()> {
+        let s = elem.size();
+        Self::chunked(send.len() / s, |at, n| {
+            let out = if self.rank == root {
+                recv[at * s..].as_mut_ptr() as *mut c_void
+            } else {
+                std::ptr::null_mut()
+            };
+            // SAFETY: the send buffer holds n elements; the root's receive buffer too.
+            check(
+                unsafe {
+                    ffi::MPI_Reduce(
+                        send[at * s..].as_ptr() as *const c_void,
+                        out,
+                        n as c_int,
+                        datatype(elem),
+                        operation(op),
+                        root as c_int,
+                        world(),
+                    )
+                },
+                "MPI_Reduce",
+            )
+        })
+    }
+
+    fn reduce_scatter_block(&self, send: &[u8], recv: &mut [u8], elem: Elem, op: Op) -> Result<()> {
+        let n = recv.len() / elem.size();
+        if n > MAX_COUNT {
+            bail!("a reduce-scatter block of {n} elements is more than MPI's counts can address");
+        }
+        debug_assert_eq!(send.len(), recv.len() * self.size);
+        // SAFETY: send holds P blocks of n elements, recv one.
+        check(
+            unsafe {
+                ffi::MPI_Reduce_scatter_block(
+                    send.as_ptr() as *const c_void,
+                    recv.as_mut_ptr() as *mut c_void,
+                    n as c_int,
+                    datatype(elem),
+                    operation(op),
+                    world(),
+                )
+            },
+            "MPI_Reduce_scatter_block",
+        )
+    }
+
+    fn broadcast(&self, buf: &mut [u8], root: usize) -> Result<()> {
+        let len = buf.len();
+        Self::chunked(len, |at, n| {
+            // SAFETY: the buffer holds n bytes from `at` on every rank.
+            check(
+                unsafe {
+                    ffi::MPI_Bcast(
+                        buf[at..].as_mut_ptr() as *mut c_void,
+                        n as c_int,
+                        ffi::RSMPI_UINT8_T,
+                        root as c_int,
+                        world(),
+                    )
+                },
+                "MPI_Bcast",
+            )
+        })
+    }
+
+    fn all_gather_bytes(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let mut lens = vec![0u64; self.size];
+        self.all_gather_lengths(mine.len() as u64, &mut lens)?;
+        let counts: Vec<usize> = lens.iter().map(|&l| l as usize).collect();
+        let (rc, rd) = counts_and_displs(&counts)?;
+        let mut all = vec![0u8; counts.iter().sum()];
+        // SAFETY: `all` holds every rank's bytes at its displacement.
+        check(
+            unsafe {
+                ffi::MPI_Allgatherv(
+                    mine.as_ptr() as *const c_void,
+                    mine.len() as c_int,
+                    ffi::RSMPI_UINT8_T,
+                    all.as_mut_ptr() as *mut c_void,
+                    rc.as_ptr(),
+                    rd.as_ptr(),
+                    ffi::RSMPI_UINT8_T,
+                    world(),
+                )
+            },
+            "MPI_Allgatherv",
+        )?;
+        Ok(rd
+            .iter()
+            .zip(&counts)
+            .map(|(&d, &c)| all[d as usize..d as usize + c].to_vec())
+            .collect())
+    }
+
+    fn max_f64(&self, x: f64) -> Result<f64> {
+        let mut out = 0f64;
+        // SAFETY: one f64 each way.
+        check(
+            unsafe {
+                ffi::MPI_Allreduce(
+                    &x as *const f64 as *const c_void,
+                    &mut out as *mut f64 as *mut c_void,
+                    1,
+                    ffi::RSMPI_DOUBLE,
+                    ffi::RSMPI_MAX,
+                    world(),
+                )
+            },
+            "MPI_Allreduce",
+        )?;
+        Ok(out)
+    }
+
+    fn abort(&self, code: i32) {
+        // SAFETY: ends the job.
+        unsafe {
+            ffi::MPI_Abort(world(), code);
+        }
+    }
+}
+
+impl MpiComm {
+    /// Every rank's length, by rank.
+    fn all_gather_lengths(&self, mine: u64, out: &mut [u64]) -> Result<()> {
+        // SAFETY: one u64 sent, P received.
+        check(
+            unsafe {
+                ffi::MPI_Allgather(
+                    &mine as *const u64 as *const c_void,
+                    1,
+                    ffi::RSMPI_UINT64_T,
+                    out.as_mut_ptr() as *mut c_void,
+                    1,
+                    ffi::RSMPI_UINT64_T,
+                    world(),
+                )
+            },
+            "MPI_Allgather",
+        )
+    }
+}
