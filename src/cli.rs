@@ -228,6 +228,21 @@ fn run_spec(path: &std::path::Path, opts: &crate::exec::Options) -> ExitCode {
             return ExitCode::from(EXIT_INVALID);
         }
     };
+    if let Some(out) = opts.out.as_ref().filter(|o| o.exists()) {
+        if first {
+            eprintln!(
+                "distrun: {} already exists: choose another --out; nothing was run",
+                out.display()
+            );
+        }
+        return ExitCode::FAILURE;
+    }
+    if let Err(e) = crate::exec::preflight(&loaded) {
+        if first {
+            eprintln!("distrun: {e:#}");
+        }
+        return ExitCode::FAILURE;
+    }
     let ctx =
         match crate::runtime::start(loaded.spec.runtime.process_group, loaded.spec.runtime.ranks) {
             Ok(ctx) => ctx,

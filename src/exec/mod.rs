@@ -61,13 +61,7 @@ pub struct Outcome<B: Backend> {
 /// Runs a validated, planned spec on this rank and writes its run directory. Returns whether
 /// every check passed.
 pub fn run(loaded: &Loaded, plan: &Plan, ctx: &Context, opts: &Options) -> Result<bool> {
-    refuse_unbuilt(loaded)?;
-    let backend = match loaded.spec.runtime.device {
-        Device::Cpu | Device::Auto => Cpu::new(ctx.comm.as_ref()),
-        Device::Cuda => bail!(
-            "device = \"cuda\": the GPU backend is not built yet; use device = \"cpu\" or \"auto\""
-        ),
-    };
+    let backend = Cpu::new(ctx.comm.as_ref());
     let progress = Progress::new(
         ctx.rank() == 0 && !opts.quiet,
         opts.verbose,
@@ -82,8 +76,13 @@ pub fn run(loaded: &Loaded, plan: &Plan, ctx: &Context, opts: &Options) -> Resul
     Ok(passed)
 }
 
-/// Steps whose execution is not built yet stop the run before anything runs.
-fn refuse_unbuilt(loaded: &Loaded) -> Result<()> {
+/// What stops a spec before any rank starts: a device or steps whose execution is not built yet.
+pub fn preflight(loaded: &Loaded) -> Result<()> {
+    if loaded.spec.runtime.device == Device::Cuda {
+        bail!(
+            "device = \"cuda\": the GPU backend is not built yet; use device = \"cpu\" or \"auto\"; nothing was run"
+        );
+    }
     let unbuilt: Vec<String> = loaded
         .spec
         .steps
@@ -130,8 +129,7 @@ fn execute<B: Backend>(
     for (i, (step, planned)) in spec.steps.iter().zip(&plan.steps).enumerate() {
         let common = step.common();
         progress.start_step(i, &planned.name, common.warmup + common.iterations);
-        let Some((in_state, out_state)) = planned.states.clone() else {
-            // barrier
+        if let Step::Barrier(_) = step {
             let mut times = Vec::new();
             for k in 0..common.warmup + common.iterations {
                 let t0 = Instant::now();
@@ -152,6 +150,9 @@ fn execute<B: Backend>(
             });
             progress.end_step(records.last().expect("pushed"));
             continue;
+        }
+        let Some((in_state, out_state)) = planned.states.clone() else {
+            bail!("{} steps do not run yet", step.op());
         };
         let (in_name, out_name) = (&planned.inputs[0], &planned.outputs[0]);
         let mut prepared = Prepared::new(b, step, &in_state, &out_state)?;
@@ -170,7 +171,13 @@ fn execute<B: Backend>(
         }
         let sent = b.max_over_ranks(prepared.sent_bytes as f64)?;
         let origin = next_origin(step, &origins[in_name], &in_state, ranks);
-        let out = prepared.into_output();
+        let mut out = prepared.into_output();
+        if corrupt_step() == Some(i) && b.len(&out) > 0 {
+            // Testing hook: flip one bit of the result so that the check must catch it.
+            let mut bytes = b.download(&out)?;
+            bytes[0] ^= 1;
+            out = b.upload(bytes)?;
+        }
         let check = if common.check {
             let want = source.piece(&origin, &out_state, rank)?;
             let got = b.download(&out)?;
@@ -199,6 +206,11 @@ fn execute<B: Backend>(
         tensors,
         started,
     })
+}
+
+/// `DISTRUN_CORRUPT_STEP=i` corrupts step i's result before its check (to test checks).
+fn corrupt_step() -> Option<usize> {
+    std::env::var("DISTRUN_CORRUPT_STEP").ok()?.parse().ok()
 }
 
 fn reduction(step: &Step) -> Option<crate::spec::step::ReduceOp> {

@@ -91,3 +91,86 @@ pub fn example_specs() -> Vec<PathBuf> {
     specs.sort();
     specs
 }
+
+/// `mpiexec -n P distrun ARGS` with Open MPI's settings for root and oversubscription; killed
+/// (and reported as code -9) after `limit`.
+pub fn mpirun(p: usize, args: &[&str], env: &[(&str, &str)], limit: std::time::Duration) -> Ran {
+    let mut cmd = Command::new("mpiexec");
+    cmd.args([
+        "--oversubscribe",
+        "-n",
+        &p.to_string(),
+        env!("CARGO_BIN_EXE_distrun"),
+    ])
+    .args(args)
+    .current_dir(root())
+    .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd
+        .spawn()
+        .expect("mpiexec runs (scripts/setup installs Open MPI)");
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    Ran {
+        code: out.status.code().unwrap_or(-9),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// A fresh, empty temporary directory.
+pub fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("distrun-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The manifest of a run directory.
+pub fn manifest(run: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(run.join("manifest.json")).unwrap()).unwrap()
+}
+
+/// A .npy file's shape and its elements as f64 (complex: real parts), in C order.
+pub fn read_npy(path: &Path) -> (Vec<u64>, Vec<f64>) {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let npy = npyz::NpyFile::new(&bytes[..]).unwrap();
+    let shape = npy.shape().to_vec();
+    assert!(
+        !npy.header().order().eq(&npyz::Order::Fortran),
+        "gathered files are C order"
+    );
+    let descr = match npy.dtype() {
+        npyz::DType::Plain(t) => t.to_string(),
+        other => panic!("{other:?}"),
+    };
+    let (size, decode): (usize, fn(&[u8]) -> f64) = match descr.as_str() {
+        "<f8" => (8, |b| f64::from_le_bytes(b.try_into().unwrap())),
+        "<f4" => (4, |b| f64::from(f32::from_le_bytes(b.try_into().unwrap()))),
+        "<i4" => (4, |b| f64::from(i32::from_le_bytes(b.try_into().unwrap()))),
+        "<i8" => (8, |b| i64::from_le_bytes(b.try_into().unwrap()) as f64),
+        "|u1" => (1, |b| f64::from(b[0])),
+        // Complex: the real part.
+        "<c8" => (8, |b| {
+            f64::from(f32::from_le_bytes(b[..4].try_into().unwrap()))
+        }),
+        other => panic!("read_npy: {other}"),
+    };
+    let n = shape.iter().product::<u64>() as usize;
+    let data = &bytes[bytes.len() - n * size..];
+    let values = data.chunks_exact(size).map(decode).collect();
+    (shape, values)
+}

@@ -1,0 +1,531 @@
+//! The real binary under `mpiexec` at 1, 2, 3 and 4 ranks: every collective and reduce op, a
+//! matrix of redistributions, each output compared with a reference computed here from the
+//! arange formulas, global checksums equal across rank counts; failures stop every rank.
+
+mod common;
+use common::*;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const LIMIT: Duration = Duration::from_secs(180);
+
+fn run_at(p: usize, spec: &Path, out: &Path) -> Ran {
+    mpirun(
+        p,
+        &[
+            "run",
+            spec.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "-q",
+        ],
+        &[],
+        LIMIT,
+    )
+}
+
+/// Every step's check passed in a run directory.
+fn assert_checks_passed(run: &Path) {
+    let m = manifest(run);
+    for s in m["steps"].as_array().unwrap() {
+        if let Some(c) = s.get("check") {
+            assert_eq!(c["passed"], true, "{}: {s}", run.display());
+        }
+    }
+}
+
+/// The spec of every collective with every reduce op, for `p` ranks. `part` is the arange over
+/// the stacked [P, 4, 12] partial tensor: rank r's element i holds r*48 + i.
+fn collectives_spec(p: usize) -> String {
+    let mut s = format!(
+        r#"[job]
+name = "collectives-{p}"
+[tensors.part]
+shape = [4, 12]
+dtype = "f64"
+distribution = "partial"
+init = {{ arange = {{}} }}
+[tensors.ipart]
+shape = [12, 4]
+dtype = "i32"
+distribution = "partial"
+init = {{ arange = {{}} }}
+[tensors.inplace]
+shape = [12, 4]
+dtype = "f32"
+distribution = "partial"
+init = {{ arange = {{}} }}
+[tensors.rows]
+shape = [12, 4]
+dtype = "f32"
+layout = "F"
+distribution = {{ slab = 0 }}
+init = {{ arange = {{ start = 5, step = 2 }} }}
+[tensors.held]
+shape = [12, 4]
+dtype = "i32"
+distribution = {{ root = {last} }}
+init = {{ arange = {{}} }}
+[tensors.t]
+shape = [{p}, {p}, 3]
+dtype = "c64"
+distribution = {{ slab = 0 }}
+init = {{ arange = {{}} }}
+[tensors.ring]
+shape = [{p}, 5]
+dtype = "u8"
+distribution = {{ slab = 0 }}
+init = {{ arange = {{}} }}
+"#,
+        last = p - 1
+    );
+    let mut outputs = Vec::new();
+    for op in ["sum", "prod", "min", "max", "avg"] {
+        s += &format!(
+            "[[steps]]\nop = \"all_reduce\"\ninput = \"part\"\nout = \"ar_{op}\"\nreduce = \"{op}\"\ncheck = true\n"
+        );
+        s += &format!(
+            "[[steps]]\nop = \"reduce\"\ninput = \"part\"\nout = \"r_{op}\"\nreduce = \"{op}\"\nroot = {}\ncheck = true\n",
+            p / 2
+        );
+        s += &format!(
+            "[[steps]]\nop = \"reduce_scatter\"\ninput = \"part\"\nout = \"rs_{op}\"\nreduce = \"{op}\"\naxis = 1\ncheck = true\n"
+        );
+        outputs.extend([format!("ar_{op}"), format!("r_{op}"), format!("rs_{op}")]);
+    }
+    s += "[[steps]]\nop = \"all_reduce\"\ninput = \"ipart\"\nout = \"iar\"\ncheck = true\n";
+    s += "[[steps]]\nop = \"all_reduce\"\ninput = \"inplace\"\ncheck = true\n";
+    s += "[[steps]]\nop = \"all_gather\"\ninput = \"rows\"\nout = \"gathered\"\ncheck = true\n";
+    s += &format!(
+        "[[steps]]\nop = \"gather\"\ninput = \"rows\"\nout = \"at_root\"\nroot = {}\ncheck = true\n",
+        p - 1
+    );
+    s += "[[steps]]\nop = \"broadcast\"\ninput = \"held\"\nout = \"everywhere\"\ncheck = true\n";
+    s += "[[steps]]\nop = \"scatter\"\ninput = \"held\"\nout = \"scattered\"\naxis = 0\ncheck = true\n";
+    s += "[[steps]]\nop = \"all_to_all\"\ninput = \"t\"\nout = \"swapped\"\ncheck = true\n";
+    s += "[[steps]]\nop = \"send_recv\"\ninput = \"ring\"\nout = \"ringed\"\ncheck = true\n";
+    s += "[[steps]]\nop = \"send_recv\"\ninput = \"ring\"\nout = \"paired\"\npairs = [[0, 0]]\ncheck = true\n";
+    s += "[[steps]]\nop = \"barrier\"\n";
+    outputs.extend(
+        [
+            "iar",
+            "inplace",
+            "gathered",
+            "at_root",
+            "everywhere",
+            "scattered",
+            "swapped",
+            "ringed",
+            "paired",
+        ]
+        .map(String::from),
+    );
+    s += &format!(
+        "[output]\ngather = true\ntensors = [{}]\n",
+        outputs
+            .iter()
+            .map(|o| format!("\"{o}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    s
+}
+
+#[test]
+fn every_collective_and_reduce_op_at_1_to_4_ranks() {
+    for p in 1..=4usize {
+        let dir = temp_dir(&format!("coll{p}"));
+        let spec = dir.join("c.toml");
+        std::fs::write(&spec, collectives_spec(p)).unwrap();
+        let out = dir.join("run");
+        let ran = run_at(p, &spec, &out);
+        assert_eq!(ran.code, 0, "{p} ranks:\n{}", ran.stderr);
+        assert_checks_passed(&out);
+        let pf = p as f64;
+        let n = 48.0;
+        let row = |r: f64, i: f64| r * n + i;
+        let ranks: Vec<f64> = (0..p).map(|r| r as f64).collect();
+        let expect_reduce = |op: &str, i: f64| -> f64 {
+            let vals = ranks.iter().map(|&r| row(r, i));
+            match op {
+                "sum" => vals.sum(),
+                "prod" => vals.product(),
+                "min" => vals.fold(f64::INFINITY, f64::min),
+                "max" => vals.fold(f64::NEG_INFINITY, f64::max),
+                _ => vals.sum::<f64>() / pf,
+            }
+        };
+        for op in ["sum", "prod", "min", "max", "avg"] {
+            for name in [format!("ar_{op}"), format!("r_{op}"), format!("rs_{op}")] {
+                let (shape, got) = read_npy(&out.join(format!("{name}.npy")));
+                assert_eq!(shape, [4, 12], "{name}");
+                for (i, g) in got.iter().enumerate() {
+                    let want = expect_reduce(op, i as f64);
+                    assert!(
+                        (g - want).abs() <= 1e-12 * want.abs(),
+                        "{p} ranks, {name}[{i}] = {g}, want {want}"
+                    );
+                }
+            }
+        }
+        let (_, iar) = read_npy(&out.join("iar.npy"));
+        assert!(
+            iar.iter()
+                .enumerate()
+                .all(|(i, v)| *v == expect_reduce("sum", i as f64)),
+            "i32 sum"
+        );
+        let (_, inplace) = read_npy(&out.join("inplace.npy"));
+        assert!(
+            inplace
+                .iter()
+                .enumerate()
+                .all(|(i, v)| *v == expect_reduce("sum", i as f64)),
+            "in place"
+        );
+        // Data movement keeps global values: arange everywhere.
+        for name in ["gathered", "at_root"] {
+            let (_, v) = read_npy(&out.join(format!("{name}.npy")));
+            assert!(
+                v.iter()
+                    .enumerate()
+                    .all(|(i, x)| *x == 5.0 + 2.0 * i as f64),
+                "{name}"
+            );
+        }
+        for name in ["everywhere", "scattered", "swapped"] {
+            let (_, v) = read_npy(&out.join(format!("{name}.npy")));
+            assert!(
+                v.iter().enumerate().all(|(i, x)| *x == i as f64),
+                "{name} at {p} ranks: {v:?}"
+            );
+        }
+        let (_, ringed) = read_npy(&out.join("ringed.npy"));
+        for (k, v) in ringed.iter().enumerate() {
+            let (r, j) = (k / 5, k % 5);
+            assert_eq!(*v, (((r + p - 1) % p) * 5 + j) as f64, "ring at {p} ranks");
+        }
+        let (_, paired) = read_npy(&out.join("paired.npy"));
+        for (k, v) in paired.iter().enumerate() {
+            let want = if k < 5 { k as f64 } else { 0.0 };
+            assert_eq!(
+                *v, want,
+                "pairs: only row 0 is sent (to itself), the rest are zeros"
+            );
+        }
+        // Shards: one per holding rank.
+        let m = manifest(&out);
+        assert_eq!(m["ranks"], p);
+        assert_eq!(
+            m["tensors"]["at_root"]["shards"].as_array().unwrap().len(),
+            1
+        );
+        assert_eq!(
+            m["tensors"]["gathered"]["shards"].as_array().unwrap().len(),
+            p
+        );
+        let verify = Distrun::new().args(["verify", out.to_str().unwrap()]).run();
+        assert_eq!(verify.code, 0, "{}", verify.stderr);
+    }
+}
+
+/// Redistribute an arange tensor through every kind of distribution and both layouts.
+fn redistribution_spec(p: usize) -> String {
+    // P uneven row boxes over 13 rows, the last taking what is left.
+    let mut boxes = Vec::new();
+    let mut lo = 0;
+    for r in 0..p {
+        let hi = if r + 1 == p { 13 } else { lo + 2 + r % 2 };
+        boxes.push(format!("[[{lo}, 0], [{hi}, 10]]"));
+        lo = hi;
+    }
+    let first = if p == 4 { ", first = [1, 1]" } else { "" };
+    let targets = [
+        ("slab1f", "{ slab = 1 }".to_string(), "F"),
+        ("blockc", "{ block = {} }".to_string(), "C"),
+        (
+            "blockrow",
+            "{ block = { grid_layout = \"row-major\" } }".to_string(),
+            "F",
+        ),
+        (
+            "cyclic",
+            format!("{{ block_cyclic = {{ blocks = [3, 2]{first} }} }}"),
+            "F",
+        ),
+        (
+            "cyclicc",
+            "{ block_cyclic = { blocks = [5, 3] } }".to_string(),
+            "C",
+        ),
+        (
+            "boxes",
+            format!("{{ boxes = [{}] }}", boxes.join(", ")),
+            "C",
+        ),
+        ("repl", "\"replicated\"".to_string(), "F"),
+        ("rooted", format!("{{ root = {} }}", p - 1), "C"),
+        ("back", "{ slab = 0 }".to_string(), "C"),
+    ];
+    let mut s = String::from(
+        "[job]\nname = \"redist\"\n[tensors.x]\nshape = [13, 10]\ndtype = \"f64\"\ndistribution = { slab = 0 }\ninit = { arange = {} }\n",
+    );
+    let mut input = "x";
+    for (name, dist, layout) in &targets {
+        s += &format!(
+            "[[steps]]\nop = \"redistribute\"\ninput = \"{input}\"\nout = \"{name}\"\ndistribution = {dist}\nlayout = \"{layout}\"\ncheck = true\n"
+        );
+        input = name;
+    }
+    let names: Vec<String> = targets.iter().map(|t| format!("\"{}\"", t.0)).collect();
+    s += &format!(
+        "[output]\ngather = true\ntensors = [{}]\n",
+        names.join(", ")
+    );
+    s
+}
+
+#[test]
+fn redistribution_matrix_at_1_to_4_ranks_keeps_values_and_checksums() {
+    let mut checksums: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for p in 1..=4usize {
+        let dir = temp_dir(&format!("redist{p}"));
+        let spec = dir.join("r.toml");
+        std::fs::write(&spec, redistribution_spec(p)).unwrap();
+        let out = dir.join("run");
+        let ran = run_at(p, &spec, &out);
+        assert_eq!(ran.code, 0, "{p} ranks:\n{}", ran.stderr);
+        assert_checks_passed(&out);
+        let m = manifest(&out);
+        for (name, t) in m["tensors"].as_object().unwrap() {
+            let (shape, v) = read_npy(&out.join(format!("{name}.npy")));
+            assert_eq!(shape, [13, 10]);
+            assert!(
+                v.iter().enumerate().all(|(i, x)| *x == i as f64),
+                "{name} at {p} ranks"
+            );
+            checksums
+                .entry(name.clone())
+                .or_default()
+                .push(t["checksum"].as_str().unwrap().to_string());
+            // F pieces are written in Fortran order.
+            if t["layout"] == "F" {
+                let shard = &t["shards"][0]["file"];
+                let bytes = std::fs::read(out.join(shard.as_str().unwrap())).unwrap();
+                assert!(String::from_utf8_lossy(&bytes[..128]).contains("'fortran_order': True"));
+            }
+        }
+    }
+    for (name, sums) in &checksums {
+        assert!(
+            sums.windows(2).all(|w| w[0] == w[1]),
+            "{name}: global checksums differ across rank counts: {sums:?}"
+        );
+    }
+}
+
+#[test]
+fn example_specs_run_and_verify() {
+    for (spec, counts) in [
+        ("specs/allreduce.toml", vec![1, 3]),
+        ("specs/redistribute.toml", vec![2]),
+        ("specs/collectives.toml", vec![4]),
+    ] {
+        for p in counts {
+            let out = temp_dir(&format!("example{p}")).join("run");
+            let ran = run_at(p, &root().join(spec), &out);
+            assert_eq!(ran.code, 0, "{spec} at {p}:\n{}", ran.stderr);
+            assert_checks_passed(&out);
+            assert_eq!(
+                Distrun::new()
+                    .args(["verify", out.to_str().unwrap()])
+                    .run()
+                    .code,
+                0
+            );
+        }
+    }
+}
+
+#[test]
+fn a_failed_check_is_recorded_and_exits_3() {
+    let out = temp_dir("corrupt").join("run");
+    let ran = mpirun(
+        2,
+        &[
+            "run",
+            "specs/redistribute.toml",
+            "--out",
+            out.to_str().unwrap(),
+            "-q",
+        ],
+        &[("DISTRUN_CORRUPT_STEP", "1")],
+        LIMIT,
+    );
+    assert_eq!(ran.code, 3, "{}", ran.stderr);
+    let m = manifest(&out);
+    assert_eq!(m["steps"][0]["check"]["passed"], true);
+    assert_eq!(m["steps"][1]["check"]["passed"], false);
+    assert!(m["steps"][1]["check"]["max_error"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn verify_names_a_flipped_byte() {
+    let out = temp_dir("flip").join("run");
+    Distrun::new()
+        .args([
+            "run",
+            "specs/redistribute.toml",
+            "--out",
+            out.to_str().unwrap(),
+            "-q",
+        ])
+        .run()
+        .code(0);
+    Distrun::new()
+        .args(["verify", out.to_str().unwrap()])
+        .run()
+        .code(0);
+    let shard = out.join("z.rank0.npy");
+    let mut bytes = std::fs::read(&shard).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x40;
+    std::fs::write(&shard, bytes).unwrap();
+    let ran = Distrun::new()
+        .args(["verify", out.to_str().unwrap()])
+        .run()
+        .code(3);
+    assert!(
+        ran.stderr.contains("z.rank0.npy: checksum"),
+        "{}",
+        ran.stderr
+    );
+}
+
+#[test]
+fn a_failing_rank_stops_every_rank_with_its_message_once() {
+    // The run directory cannot be made when the run ends: rank 0 fails while the others wait.
+    let spec = temp_spec(
+        "late",
+        "[job]\nname = \"late\"\n[output]\ndir = \"/proc/distrun-cannot-write\"\n[tensors.x]\nshape = [8]\ndtype = \"f32\"\ninit = \"ones\"\n[[steps]]\nop = \"barrier\"\n",
+    );
+    let t0 = Instant::now();
+    let ran = mpirun(3, &["run", spec.to_str().unwrap(), "-q"], &[], LIMIT);
+    assert!(
+        t0.elapsed() < Duration::from_secs(30),
+        "it took {:?}",
+        t0.elapsed()
+    );
+    assert_eq!(ran.code, 1, "{}", ran.stderr);
+    assert_eq!(
+        ran.stderr.matches("distrun: rank 0: cannot create").count(),
+        1,
+        "{}",
+        ran.stderr
+    );
+}
+
+#[test]
+fn killing_a_rank_mid_run_stops_the_others_and_leaves_no_manifest() {
+    let dir = temp_dir("kill");
+    let spec = dir.join("long.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            "[job]\nname = \"long\"\n[tensors.x]\nshape = [64, 64]\ndtype = \"f32\"\ndistribution = \"partial\"\ninit = \"ones\"\n[[steps]]\nop = \"all_reduce\"\ninput = \"x\"\nout = \"y\"\niterations = 10000000\n[output]\ndir = \"{}\"\ntensors = [\"y\"]\n",
+            dir.join("runs").display()
+        ),
+    )
+    .unwrap();
+    let mut cmd = std::process::Command::new("mpiexec");
+    cmd.args([
+        "--oversubscribe",
+        "-n",
+        "3",
+        env!("CARGO_BIN_EXE_distrun"),
+        "run",
+        spec.to_str().unwrap(),
+        "-q",
+    ])
+    .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null());
+    let mut child = cmd.spawn().unwrap();
+    let launcher = child.id();
+    // Wait until the three ranks run, then kill one.
+    let ranks = || -> Vec<u32> {
+        let out = std::process::Command::new("pgrep")
+            .args(["-f", spec.to_str().unwrap()])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .filter(|&pid| pid != launcher)
+            .collect()
+    };
+    let t0 = Instant::now();
+    while ranks().len() < 3 && t0.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let victims = ranks();
+    assert!(victims.len() >= 3, "three ranks run: {victims:?}");
+    std::process::Command::new("kill")
+        .args(["-9", &victims[1].to_string()])
+        .status()
+        .unwrap();
+    let killed = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() && ranks().is_empty() {
+            break;
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(10),
+            "ranks still running 10 s after one died"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let status = child.wait().unwrap();
+    assert!(!status.success());
+    let runs = dir.join("runs");
+    assert!(
+        !runs.exists() || std::fs::read_dir(&runs).unwrap().next().is_none(),
+        "nothing written"
+    );
+}
+
+#[test]
+fn a_rank_count_the_spec_refuses_is_named() {
+    let ran = mpirun(2, &["run", "specs/collectives.toml", "-q"], &[], LIMIT);
+    assert_eq!(ran.code, 1, "{}", ran.stderr);
+    assert_eq!(
+        ran.stderr
+            .matches("the spec requires runtime.ranks = 4, but the job has 2 rank(s)")
+            .count(),
+        1,
+        "{}",
+        ran.stderr
+    );
+}
+
+#[test]
+fn unbuilt_steps_are_refused_before_anything_runs() {
+    let dir = temp_dir("unbuilt");
+    let ran = Distrun::new()
+        .args([
+            "specs/gemm.toml",
+            "--out",
+            dir.join("run").to_str().unwrap(),
+        ])
+        .run();
+    assert_eq!(ran.code, 1);
+    assert!(
+        ran.stderr.contains("steps[0] (matmul) cannot run yet"),
+        "{}",
+        ran.stderr
+    );
+    assert!(!dir.join("run").exists());
+}
