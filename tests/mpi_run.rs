@@ -56,6 +56,16 @@ shape = [12, 4]
 dtype = "f32"
 distribution = "partial"
 init = {{ arange = {{}} }}
+[tensors.rin]
+shape = [12, 4]
+dtype = "f64"
+distribution = "partial"
+init = {{ arange = {{}} }}
+[tensors.bin]
+shape = [12, 4]
+dtype = "i32"
+distribution = {{ root = 0 }}
+init = {{ arange = {{}} }}
 [tensors.rows]
 shape = [12, 4]
 dtype = "f32"
@@ -96,6 +106,8 @@ init = {{ arange = {{}} }}
     }
     s += "[[steps]]\nop = \"all_reduce\"\ninput = \"ipart\"\nout = \"iar\"\ncheck = true\n";
     s += "[[steps]]\nop = \"all_reduce\"\ninput = \"inplace\"\ncheck = true\n";
+    s += "[[steps]]\nop = \"reduce\"\ninput = \"rin\"\nreduce = \"max\"\ncheck = true\n";
+    s += "[[steps]]\nop = \"broadcast\"\ninput = \"bin\"\ncheck = true\n";
     s += "[[steps]]\nop = \"all_gather\"\ninput = \"rows\"\nout = \"gathered\"\ncheck = true\n";
     s += &format!(
         "[[steps]]\nop = \"gather\"\ninput = \"rows\"\nout = \"at_root\"\nroot = {}\ncheck = true\n",
@@ -110,6 +122,8 @@ init = {{ arange = {{}} }}
     outputs.extend(
         [
             "iar",
+            "rin",
+            "bin",
             "inplace",
             "gathered",
             "at_root",
@@ -121,8 +135,10 @@ init = {{ arange = {{}} }}
         ]
         .map(String::from),
     );
+    // Both checksum algorithms: sha256 at 3 ranks.
+    let checksum = if p == 3 { "sha256" } else { "xxh3-64" };
     s += &format!(
-        "[output]\ngather = true\ntensors = [{}]\n",
+        "[output]\ngather = true\nchecksum = \"{checksum}\"\ntensors = [{}]\n",
         outputs
             .iter()
             .map(|o| format!("\"{o}\""))
@@ -176,6 +192,18 @@ fn every_collective_and_reduce_op_at_1_to_4_ranks() {
                 .all(|(i, v)| *v == expect_reduce("sum", i as f64)),
             "i32 sum"
         );
+        let (_, rin) = read_npy(&out.join("rin.npy"));
+        assert!(
+            rin.iter()
+                .enumerate()
+                .all(|(i, v)| *v == expect_reduce("max", i as f64)),
+            "reduce in place"
+        );
+        let (_, bin) = read_npy(&out.join("bin.npy"));
+        assert!(
+            bin.iter().enumerate().all(|(i, v)| *v == i as f64),
+            "broadcast in place"
+        );
         let (_, inplace) = read_npy(&out.join("inplace.npy"));
         assert!(
             inplace
@@ -217,6 +245,17 @@ fn every_collective_and_reduce_op_at_1_to_4_ranks() {
         // Shards: one per holding rank.
         let m = manifest(&out);
         assert_eq!(m["ranks"], p);
+        assert!(
+            m["tensors"]["bin"]["checksum"]
+                .as_str()
+                .unwrap()
+                .starts_with(if p == 3 { "sha256:" } else { "xxh3-64:" })
+        );
+        assert_eq!(
+            m["tensors"]["bin"]["shards"].as_array().unwrap().len(),
+            p,
+            "broadcast in place: on every rank"
+        );
         assert_eq!(
             m["tensors"]["at_root"]["shards"].as_array().unwrap().len(),
             1
