@@ -124,21 +124,28 @@ unsafe impl Send for Dst {}
 unsafe impl Sync for Dst {}
 
 impl Cpu<'_> {
-    /// Runs `f` on `send` (widened to f32 for half types) and writes its f32 result back.
+    /// Runs an MPI reduction `f` for a dtype and op: half types travel as f32 and come back
+    /// rounded, and `avg` divides the sum where `f` left a result (`divide_here`).
     fn reduced(
         &self,
         dtype: DType,
+        op: ReduceOp,
         send: &[u8],
         recv: &mut [u8],
-        f: impl FnOnce(&[u8], &mut [u8]) -> Result<()>,
+        divide_here: bool,
+        f: impl FnOnce(&[u8], &mut [u8], Elem, Op) -> Result<()>,
     ) -> Result<()> {
+        let (elem, mpi) = mpi_op(dtype, op);
         match widen(dtype, send) {
             Some(wide) => {
                 let mut out = vec![0u8; recv.len() * 2];
-                f(&wide, &mut out)?;
+                f(&wide, &mut out, elem, mpi)?;
                 narrow(dtype, &out, recv);
             }
-            None => f(send, recv)?,
+            None => f(send, recv, elem, mpi)?,
+        }
+        if divide_here && op == ReduceOp::Avg {
+            divide(dtype, recv, self.ranks());
         }
         Ok(())
     }
@@ -228,14 +235,9 @@ impl Backend for Cpu<'_> {
         dtype: DType,
         op: ReduceOp,
     ) -> Result<()> {
-        let (elem, mpi) = mpi_op(dtype, op);
-        self.reduced(dtype, send, recv, |s, r| {
-            self.comm.all_reduce(s, r, elem, mpi)
-        })?;
-        if op == ReduceOp::Avg {
-            divide(dtype, recv, self.ranks());
-        }
-        Ok(())
+        self.reduced(dtype, op, send, recv, true, |s, r, e, o| {
+            self.comm.all_reduce(s, r, e, o)
+        })
     }
 
     fn reduce(
@@ -246,20 +248,17 @@ impl Backend for Cpu<'_> {
         op: ReduceOp,
         root: usize,
     ) -> Result<()> {
-        let (elem, mpi) = mpi_op(dtype, op);
         let mine = self.rank() == root;
-        let mut scratch = Vec::new();
+        // Ranks other than the root receive nothing, but MPI wants a buffer there too.
+        let mut scratch = if mine {
+            Vec::new()
+        } else {
+            vec![0u8; send.len()]
+        };
         let out = if mine { recv } else { &mut scratch };
-        if !mine {
-            out.resize(send.len(), 0);
-        }
-        self.reduced(dtype, send, out, |s, r| {
-            self.comm.reduce(s, r, elem, mpi, root)
-        })?;
-        if mine && op == ReduceOp::Avg {
-            divide(dtype, out, self.ranks());
-        }
-        Ok(())
+        self.reduced(dtype, op, send, out, mine, |s, r, e, o| {
+            self.comm.reduce(s, r, e, o, root)
+        })
     }
 
     fn reduce_scatter(
@@ -269,14 +268,9 @@ impl Backend for Cpu<'_> {
         dtype: DType,
         op: ReduceOp,
     ) -> Result<()> {
-        let (elem, mpi) = mpi_op(dtype, op);
-        self.reduced(dtype, send, recv, |s, r| {
-            self.comm.reduce_scatter_block(s, r, elem, mpi)
-        })?;
-        if op == ReduceOp::Avg {
-            divide(dtype, recv, self.ranks());
-        }
-        Ok(())
+        self.reduced(dtype, op, send, recv, true, |s, r, e, o| {
+            self.comm.reduce_scatter_block(s, r, e, o)
+        })
     }
 
     fn broadcast(&self, buf: &mut Vec<u8>, root: usize) -> Result<()> {
