@@ -55,16 +55,64 @@ impl Exchange {
     }
 }
 
-/// One rank's view of a distribution: per-axis intervals with the local index each starts at,
-/// and the strides of its local piece.
+/// Per axis, the `[lo, hi)` global intervals a rank holds, in local order.
+pub type Intervals = Vec<Vec<(u64, u64)>>;
+
+/// What every rank holds of a tensor: per axis, `[lo, hi)` global intervals in local order (the
+/// rank holds their Cartesian product), or None.
+pub trait Holdings {
+    /// The global shape.
+    fn shape(&self) -> &[u64];
+    /// Storage order of the pieces.
+    fn layout(&self) -> Layout;
+    /// What `rank` holds.
+    fn intervals(&self, rank: u64, ranks: u64) -> Option<Intervals>;
+}
+
+impl Holdings for Side<'_> {
+    fn shape(&self) -> &[u64] {
+        self.shape
+    }
+    fn layout(&self) -> Layout {
+        self.layout
+    }
+    fn intervals(&self, rank: u64, ranks: u64) -> Option<Intervals> {
+        Placement::new(self.dist, self.shape, ranks).intervals(rank)
+    }
+}
+
+/// Holdings given rank by rank, for layouts no distribution names (SUMMA's panels).
+#[derive(Debug, Clone)]
+pub struct Custom {
+    /// Global shape.
+    pub shape: Vec<u64>,
+    /// Storage order.
+    pub layout: Layout,
+    /// Per rank, per axis intervals.
+    pub pieces: Vec<Option<Intervals>>,
+}
+
+impl Holdings for Custom {
+    fn shape(&self) -> &[u64] {
+        &self.shape
+    }
+    fn layout(&self) -> Layout {
+        self.layout
+    }
+    fn intervals(&self, rank: u64, _: u64) -> Option<Intervals> {
+        self.pieces[rank as usize].clone()
+    }
+}
+
+/// One rank's piece: per-axis intervals with the local index each starts at, and the strides of
+/// its local storage.
 struct Piece {
     axes: Vec<Vec<(u64, u64, u64)>>,
     strides: Vec<usize>,
 }
 
-fn piece(side: &Side<'_>, ranks: u64, rank: u64) -> Option<Piece> {
-    let placement = Placement::new(side.dist, side.shape, ranks);
-    let intervals = placement.intervals(rank)?;
+fn piece(side: &dyn Holdings, ranks: u64, rank: u64) -> Option<Piece> {
+    let intervals = side.intervals(rank, ranks)?;
     let axes: Vec<Vec<(u64, u64, u64)>> = intervals
         .iter()
         .map(|list| {
@@ -83,7 +131,7 @@ fn piece(side: &Side<'_>, ranks: u64, rank: u64) -> Option<Piece> {
         .map(|list| list.iter().map(|(lo, hi, _)| (hi - lo) as usize).sum())
         .collect();
     Some(Piece {
-        strides: strides(&local, side.layout),
+        strides: strides(&local, side.layout()),
         axes,
     })
 }
@@ -241,7 +289,7 @@ fn runs(
 
 /// Plans rank `me`'s part of moving a tensor from `from` to `to` over `ranks` ranks. Elements
 /// travel in the order of `from`'s layout, so packing reads the source contiguously.
-pub fn plan(from: Side<'_>, to: Side<'_>, ranks: u64, me: u64) -> Exchange {
+pub fn plan(from: Side<'_>, to: &dyn Holdings, ranks: u64, me: u64) -> Exchange {
     let p = ranks as usize;
     let traverse = order(from.shape.len(), from.layout);
     let mut ex = Exchange {
@@ -250,7 +298,7 @@ pub fn plan(from: Side<'_>, to: Side<'_>, ranks: u64, me: u64) -> Exchange {
         ..Exchange::default()
     };
     let mine_from = piece(&from, ranks, me);
-    let mine_to = piece(&to, ranks, me);
+    let mine_to = piece(to, ranks, me);
     // As a sender, destination by destination.
     let mut next = 0;
     if let Some(src) = &mine_from {
@@ -258,7 +306,7 @@ pub fn plan(from: Side<'_>, to: Side<'_>, ranks: u64, me: u64) -> Exchange {
             if !sources(from.dist, q, ranks).contains(&me) {
                 continue;
             }
-            let Some(dst) = piece(&to, ranks, q) else {
+            let Some(dst) = piece(to, ranks, q) else {
                 continue;
             };
             let common = intersect(src, &dst);

@@ -18,39 +18,37 @@ pub fn local_bytes(state: &TensorState, ranks: u64, rank: u64) -> usize {
         })
 }
 
-/// One exchange with its buffers.
-struct Movement {
+/// One exchange, planned for this rank.
+pub struct Movement {
     ex: Exchange,
     elem: usize,
 }
 
 impl Movement {
     fn new(from: &TensorState, to: &TensorState, ranks: u64, rank: u64) -> Self {
-        let side =
-            |s: &TensorState| -> (Distribution, Vec<u64>) { (s.dist.clone(), s.shape.clone()) };
-        let (fd, fs) = side(from);
-        let (td, ts) = side(to);
-        let ex = exchange::plan(
-            Side {
-                dist: &fd,
-                shape: &fs,
-                layout: from.layout,
-            },
-            Side {
-                dist: &td,
-                shape: &ts,
-                layout: to.layout,
-            },
-            ranks,
-            rank,
-        );
+        let to = Side {
+            dist: &to.dist,
+            shape: &to.shape,
+            layout: to.layout,
+        };
+        Movement::to(from, &to, ranks, rank)
+    }
+
+    /// A movement from a tensor's state to any holdings of the same tensor.
+    pub fn to(from: &TensorState, to: &dyn exchange::Holdings, ranks: u64, rank: u64) -> Self {
+        let side = Side {
+            dist: &from.dist,
+            shape: &from.shape,
+            layout: from.layout,
+        };
         Movement {
-            ex,
+            ex: exchange::plan(side, to, ranks, rank),
             elem: from.dtype.size() as usize,
         }
     }
 
-    fn run<B: Backend>(
+    /// Moves `src` into `out` through the scratch buffers `send` and `recv`.
+    pub fn run<B: Backend>(
         &self,
         b: &B,
         src: &B::Buf,
@@ -73,7 +71,8 @@ impl Movement {
         Ok(())
     }
 
-    fn buffers<B: Backend>(&self, b: &B) -> Result<(B::Buf, B::Buf)> {
+    /// Scratch send and receive buffers sized for this movement.
+    pub fn buffers<B: Backend>(&self, b: &B) -> Result<(B::Buf, B::Buf)> {
         Ok((
             b.zeros(self.ex.sent() * self.elem)?,
             b.zeros(self.ex.recv_counts.iter().sum::<usize>() * self.elem)?,

@@ -47,7 +47,7 @@ fn apply(runs: &[Run], src: &[u64], dst: &mut [u64]) {
 /// Runs the exchange on all ranks at once and returns the destination pieces.
 fn exchange(from: Side<'_>, to: Side<'_>, ranks: u64) -> Vec<Vec<u64>> {
     let src = pieces(&from, ranks);
-    let plans: Vec<Exchange> = (0..ranks).map(|r| plan(from, to, ranks, r)).collect();
+    let plans: Vec<Exchange> = (0..ranks).map(|r| plan(from, &to, ranks, r)).collect();
     let placement = Placement::new(to.dist, to.shape, ranks);
     (0..ranks as usize)
         .map(|me| {
@@ -163,7 +163,7 @@ fn slab_to_replicated_sends_each_piece_to_every_other_rank() {
         shape: &shape,
         layout: Layout::C,
     };
-    let ex = plan(from, to, 3, 0);
+    let ex = plan(from, &to, 3, 0);
     // Rank 0 holds 3 rows = 9 elements, sent to ranks 1 and 2; receives 2 rows from each.
     assert_eq!(ex.send_counts, [0, 9, 9]);
     assert_eq!(ex.recv_counts, [0, 6, 6]);
@@ -185,7 +185,7 @@ fn replicated_to_slab_moves_nothing() {
         shape: &shape,
         layout: Layout::F,
     };
-    let ex = plan(from, to, 4, 2);
+    let ex = plan(from, &to, 4, 2);
     assert_eq!(ex.sent(), 0);
     assert_eq!(ex.recv_counts.iter().sum::<usize>(), 0);
     assert_eq!(ex.local.iter().map(|r| r.count).sum::<usize>(), 16);
