@@ -3,8 +3,9 @@
 
 use super::Backend;
 use crate::ops::exchange::Run;
+use crate::ops::matmul::{epilog, local};
 use crate::runtime::comm::{Comm, Elem, Op};
-use crate::spec::step::ReduceOp;
+use crate::spec::step::{Epilog, ReduceOp};
 use crate::spec::tensor::DType;
 use anyhow::Result;
 use half::{bf16, f16};
@@ -216,6 +217,47 @@ impl Backend for Cpu<'_> {
         });
     }
 
+    fn gemm(
+        &self,
+        dtype: DType,
+        a: (&Vec<u8>, local::View),
+        b: (&Vec<u8>, local::View),
+        alpha: (f64, f64),
+        out: &mut Vec<u8>,
+    ) -> Result<()> {
+        let (wa, wb) = (local::widen(dtype, a.0), local::widen(dtype, b.0));
+        local::gemm(
+            local::compute_dtype(dtype),
+            (&wa, a.1),
+            (&wb, b.1),
+            alpha,
+            out,
+        );
+        Ok(())
+    }
+
+    fn finish(
+        &self,
+        dtype: DType,
+        acc: &Vec<u8>,
+        cols: usize,
+        add: &epilog::Addends<'_, Vec<u8>>,
+        act: Option<Epilog>,
+        out: &mut Vec<u8>,
+        pre: Option<&mut Vec<u8>>,
+    ) -> Result<()> {
+        let compute = local::compute_dtype(dtype);
+        let add = epilog::Addends {
+            c: add.c.map(|(beta, c)| (beta, c.as_slice())),
+            bias: add.bias.map(|(b, rows)| (b.as_slice(), rows)),
+        };
+        let kept = epilog::finish(compute, acc, cols, dtype, &add, act, out, pre.is_some());
+        if let (Some(pre), Some(kept)) = (pre, kept) {
+            *pre = kept;
+        }
+        Ok(())
+    }
+
     fn all_to_all_v(
         &self,
         send: &Vec<u8>,
@@ -265,11 +307,12 @@ impl Backend for Cpu<'_> {
         &self,
         send: &Vec<u8>,
         recv: &mut Vec<u8>,
+        counts: &[usize],
         dtype: DType,
         op: ReduceOp,
     ) -> Result<()> {
         self.reduced(dtype, op, send, recv, true, |s, r, e, o| {
-            self.comm.reduce_scatter_block(s, r, e, o)
+            self.comm.reduce_scatter(s, r, counts, e, o)
         })
     }
 

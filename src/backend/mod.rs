@@ -4,7 +4,9 @@
 pub mod cpu;
 
 use crate::ops::exchange::Run;
-use crate::spec::step::ReduceOp;
+use crate::ops::matmul::epilog::Addends;
+use crate::ops::matmul::local::View;
+use crate::spec::step::{Epilog, ReduceOp};
 use crate::spec::tensor::DType;
 use anyhow::Result;
 
@@ -32,6 +34,30 @@ pub trait Backend {
     /// Strided element copies from `src` into `dst` (elements of `elem` bytes).
     fn copy_runs(&self, src: &Self::Buf, dst: &mut Self::Buf, runs: &[Run], elem: usize);
 
+    /// `out` (m x n row-major, in `dtype`'s compute type) = `alpha * op(a) @ op(b)`, for pieces
+    /// stored in `dtype`.
+    fn gemm(
+        &self,
+        dtype: DType,
+        a: (&Self::Buf, View),
+        b: (&Self::Buf, View),
+        alpha: (f64, f64),
+        out: &mut Self::Buf,
+    ) -> Result<()>;
+    /// The product's epilog: `out` (in `dtype`) from `acc` (compute type, `cols` columns) with
+    /// the addends and activation; the pre-activation values go to `pre` when given.
+    #[allow(clippy::too_many_arguments)]
+    fn finish(
+        &self,
+        dtype: DType,
+        acc: &Self::Buf,
+        cols: usize,
+        add: &Addends<'_, Self::Buf>,
+        epilog: Option<Epilog>,
+        out: &mut Self::Buf,
+        pre: Option<&mut Self::Buf>,
+    ) -> Result<()>;
+
     /// Sends `send_counts[q]` elements to rank q and receives `recv_counts[r]` from rank r.
     fn all_to_all_v(
         &self,
@@ -58,11 +84,12 @@ pub trait Backend {
         op: ReduceOp,
         root: usize,
     ) -> Result<()>;
-    /// Reduction of P equal blocks, block r left on rank r.
+    /// Reduction of P consecutive blocks of `counts[r]` elements, block r left on rank r.
     fn reduce_scatter(
         &self,
         send: &Self::Buf,
         recv: &mut Self::Buf,
+        counts: &[usize],
         dtype: DType,
         op: ReduceOp,
     ) -> Result<()>;

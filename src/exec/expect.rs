@@ -16,6 +16,8 @@ pub enum Origin {
     Init(String),
     /// A reduction over the ranks of a partial tensor's init.
     Reduced(String, ReduceOp),
+    /// Computed by a step no init predicts (a matmul): later data-movement checks do not apply.
+    Computed,
     /// send_recv: row q comes from row `rows[q]` of `from` (None: zeros).
     Rows {
         /// The input's origin.
@@ -55,11 +57,18 @@ impl Source<'_> {
         )
     }
 
-    /// `rank`'s expected piece of a tensor from `origin`, in `state`'s distribution and layout.
-    pub fn piece(&self, origin: &Origin, state: &TensorState, rank: u64) -> Result<Vec<u8>> {
-        match origin {
-            Origin::Init(name) => self.fill(name, state, rank),
-            Origin::Reduced(name, op) => self.reduced(name, *op, state, rank),
+    /// `rank`'s expected piece of a tensor from `origin`, in `state`'s distribution and layout
+    /// (None for computed values).
+    pub fn piece(
+        &self,
+        origin: &Origin,
+        state: &TensorState,
+        rank: u64,
+    ) -> Result<Option<Vec<u8>>> {
+        Ok(Some(match origin {
+            Origin::Computed => return Ok(None),
+            Origin::Init(name) => self.fill(name, state, rank)?,
+            Origin::Reduced(name, op) => self.reduced(name, *op, state, rank)?,
             Origin::Rows {
                 from,
                 state: from_state,
@@ -72,12 +81,12 @@ impl Source<'_> {
                             layout: state.layout,
                             ..from_state.clone()
                         };
-                        self.piece(from, &at_source, src)
+                        return self.piece(from, &at_source, src);
                     }
-                    None => Ok(vec![0; bytes]),
+                    None => vec![0; bytes],
                 }
             }
-        }
+        }))
     }
 
     /// The reduction of every rank's row of a partial tensor, on `rank`'s piece of `state`.

@@ -7,6 +7,7 @@ mod write;
 
 use crate::backend::Backend;
 use crate::backend::cpu::Cpu;
+use crate::ops::matmul::{PreparedMatmul, freivalds};
 use crate::ops::step::Prepared;
 use crate::plan::{Plan, TensorState};
 use crate::runtime::Context;
@@ -44,6 +45,8 @@ pub struct StepRecord {
     pub times: Vec<f64>,
     /// Bytes for the algorithm bandwidth, and the bus-bandwidth factor (nccl-tests' formulas).
     pub bandwidth: Option<(f64, f64)>,
+    /// Floating-point operations of one run (matmul: 2mnk, 8mnk for complex).
+    pub flops: Option<f64>,
     /// The check's outcome, over all ranks.
     pub check: Option<Comparison>,
 }
@@ -88,13 +91,13 @@ pub fn preflight(loaded: &Loaded) -> Result<()> {
         .steps
         .iter()
         .enumerate()
-        .filter(|(_, s)| matches!(s, Step::Matmul(_) | Step::Fft(_)))
+        .filter(|(_, s)| matches!(s, Step::Fft(_)))
         .map(|(i, s)| format!("steps[{i}] ({})", s.op()))
         .collect();
     if !unbuilt.is_empty() {
         bail!(
-            "{} cannot run yet: this version of distrun validates and plans matmul and fft steps \
-             but does not execute them; nothing was run",
+            "{} cannot run yet: this version of distrun validates and plans fft steps but does \
+             not execute them; nothing was run",
             unbuilt.join(", ")
         );
     }
@@ -129,75 +132,110 @@ fn execute<B: Backend>(
     for (i, (step, planned)) in spec.steps.iter().zip(&plan.steps).enumerate() {
         let common = step.common();
         progress.start_step(i, &planned.name, common.warmup + common.iterations);
-        if let Step::Barrier(_) = step {
-            let mut times = Vec::new();
-            for k in 0..common.warmup + common.iterations {
-                let t0 = Instant::now();
-                b.barrier()?;
-                let t = b.max_over_ranks(t0.elapsed().as_secs_f64())?;
-                if k >= common.warmup {
-                    times.push(t);
-                }
-                progress.iteration(k, t);
-            }
-            records.push(StepRecord {
-                name: planned.name.clone(),
-                op: step.op(),
-                warmup: common.warmup,
-                times,
-                bandwidth: None,
-                check: None,
-            });
-            progress.end_step(records.last().expect("pushed"));
-            continue;
-        }
-        let Some((in_state, out_state)) = planned.states.clone() else {
-            bail!("{} steps do not run yet", step.op());
-        };
-        let (in_name, out_name) = (&planned.inputs[0], &planned.outputs[0]);
-        let mut prepared = Prepared::new(b, step, &in_state, &out_state)?;
-        let input = &tensors[in_name].1;
-        let mut times = Vec::with_capacity(common.iterations as usize);
-        for k in 0..common.warmup + common.iterations {
-            b.barrier()?;
-            let t0 = Instant::now();
-            prepared.run(b, input)?;
-            b.synchronize()?;
-            let t = b.max_over_ranks(t0.elapsed().as_secs_f64())?;
-            if k >= common.warmup {
-                times.push(t);
-            }
-            progress.iteration(k, t);
-        }
-        let sent = b.max_over_ranks(prepared.sent_bytes as f64)?;
-        let origin = next_origin(step, &origins[in_name], &in_state, ranks);
-        let mut out = prepared.into_output();
-        if corrupt_step() == Some(i) && b.len(&out) > 0 {
-            // Testing hook: flip one bit of the result so that the check must catch it.
-            let mut bytes = b.download(&out)?;
-            bytes[0] ^= 1;
-            out = b.upload(bytes)?;
-        }
-        let check = if common.check {
-            let want = source.piece(&origin, &out_state, rank)?;
-            let got = b.download(&out)?;
-            let local = expect::compare(out_state.dtype, &got, &want, reduction(step), ranks);
-            Some(Comparison {
-                passed: b.max_over_ranks(if local.passed { 0.0 } else { 1.0 })? == 0.0,
-                max_error: b.max_over_ranks(local.max_error)?,
-            })
-        } else {
-            None
-        };
-        records.push(StepRecord {
+        let mut record = StepRecord {
             name: planned.name.clone(),
             op: step.op(),
             warmup: common.warmup,
-            times,
-            bandwidth: Some(bandwidth(step, &in_state, &out_state, ranks, sent)),
-            check,
-        });
-        progress.end_step(records.last().expect("pushed"));
+            times: Vec::new(),
+            bandwidth: None,
+            flops: None,
+            check: None,
+        };
+        if let Step::Barrier(_) = step {
+            record.times = timed(b, step, progress, || b.barrier())?;
+            progress.end_step(&record);
+            records.push(record);
+            continue;
+        }
+        let Some(out_state) = planned.output_state.clone() else {
+            bail!("{} steps do not run yet", step.op());
+        };
+        let inputs: Vec<&B::Buf> = planned.inputs.iter().map(|n| &tensors[n].1).collect();
+        let (out, origin) = match step {
+            Step::Matmul(m) => {
+                let choice = planned
+                    .matmul
+                    .as_ref()
+                    .expect("a planned matmul has an algorithm");
+                let mut prepared = PreparedMatmul::new(
+                    b,
+                    m,
+                    choice,
+                    &planned.input_states,
+                    &out_state,
+                    common.check,
+                )?;
+                record.times = timed(b, step, progress, || prepared.run(b, &inputs))?;
+                let (mm, k) = (
+                    out_state.shape[0] as f64,
+                    matmul_k(m, &planned.input_states[0]) as f64,
+                );
+                let per_fma = if out_state.dtype.is_complex() {
+                    8.0
+                } else {
+                    2.0
+                };
+                record.flops = Some(per_fma * mm * out_state.shape[1] as f64 * k);
+                let (mut out, pre) = prepared.into_output();
+                corrupt(b, i, out_state.dtype, &mut out)?;
+                if common.check {
+                    let operands: Vec<(&TensorState, &B::Buf)> = planned
+                        .input_states
+                        .iter()
+                        .zip(inputs.iter().copied())
+                        .collect();
+                    record.check = Some(freivalds::check(
+                        b,
+                        m,
+                        &operands,
+                        (&out_state, &out),
+                        pre,
+                        spec.job.seed,
+                    )?);
+                }
+                (out, Origin::Computed)
+            }
+            _ => {
+                let in_state = &planned.input_states[0];
+                let mut prepared = Prepared::new(b, step, in_state, &out_state)?;
+                record.times = timed(b, step, progress, || prepared.run(b, inputs[0]))?;
+                let sent = b.max_over_ranks(prepared.sent_bytes as f64)?;
+                record.bandwidth = Some(bandwidth(step, in_state, &out_state, ranks, sent));
+                let origin = next_origin(step, &origins[&planned.inputs[0]], in_state, ranks);
+                let mut out = prepared.into_output();
+                corrupt(b, i, out_state.dtype, &mut out)?;
+                if common.check {
+                    record.check = match source.piece(&origin, &out_state, rank)? {
+                        Some(want) => {
+                            let got = b.download(&out)?;
+                            let local = expect::compare(
+                                out_state.dtype,
+                                &got,
+                                &want,
+                                reduction(step),
+                                ranks,
+                            );
+                            Some(Comparison {
+                                passed: b.max_over_ranks(if local.passed { 0.0 } else { 1.0 })?
+                                    == 0.0,
+                                max_error: b.max_over_ranks(local.max_error)?,
+                            })
+                        }
+                        None => {
+                            progress.line(&format!(
+                                "distrun: {}: check skipped: its input was computed by an earlier step, which checked it",
+                                planned.name
+                            ));
+                            None
+                        }
+                    };
+                }
+                (out, origin)
+            }
+        };
+        progress.end_step(&record);
+        records.push(record);
+        let out_name = &planned.outputs[0];
         origins.insert(out_name.clone(), origin);
         tensors.insert(out_name.clone(), (out_state, out));
     }
@@ -208,9 +246,55 @@ fn execute<B: Backend>(
     })
 }
 
-/// `DISTRUN_CORRUPT_STEP=i` corrupts step i's result before its check (to test checks).
-fn corrupt_step() -> Option<usize> {
-    std::env::var("DISTRUN_CORRUPT_STEP").ok()?.parse().ok()
+/// Runs a step's warm-up and timed iterations; each time is the slowest rank's.
+fn timed<B: Backend>(
+    b: &B,
+    step: &Step,
+    progress: &Progress,
+    mut run: impl FnMut() -> Result<()>,
+) -> Result<Vec<f64>> {
+    let common = step.common();
+    let mut times = Vec::with_capacity(common.iterations as usize);
+    for k in 0..common.warmup + common.iterations {
+        b.barrier()?;
+        let t0 = Instant::now();
+        run()?;
+        b.synchronize()?;
+        let t = b.max_over_ranks(t0.elapsed().as_secs_f64())?;
+        if k >= common.warmup {
+            times.push(t);
+        }
+        progress.iteration(k, t);
+    }
+    Ok(times)
+}
+
+/// Testing hook: `DISTRUN_CORRUPT_STEP=i` flips a high bit of the first element of step i's
+/// result (an exponent bit for floats) before its check, so that the check must catch it.
+fn corrupt<B: Backend>(
+    b: &B,
+    step: usize,
+    dtype: crate::spec::tensor::DType,
+    out: &mut B::Buf,
+) -> Result<()> {
+    let wanted = std::env::var("DISTRUN_CORRUPT_STEP")
+        .ok()
+        .and_then(|v| v.parse().ok());
+    if wanted == Some(step) && b.len(out) > 0 {
+        let mut bytes = b.download(out)?;
+        bytes[dtype.size() as usize - 1] ^= 0x40;
+        *out = b.upload(bytes)?;
+    }
+    Ok(())
+}
+
+/// The inner dimension of a matmul, from a's shape.
+fn matmul_k(m: &crate::spec::step::Matmul, a: &TensorState) -> u64 {
+    if m.transpose_a {
+        a.shape[0]
+    } else {
+        a.shape[1]
+    }
 }
 
 fn reduction(step: &Step) -> Option<crate::spec::step::ReduceOp> {

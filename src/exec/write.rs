@@ -197,7 +197,7 @@ fn manifest<B: Backend>(
                     median,
                     max: sorted.last().copied().unwrap_or(0.0),
                 },
-                tflops: None,
+                tflops: s.flops.filter(|_| median > 0.0).map(|f| f / median / 1e12),
                 algbw_gbs: bw.map(|b| b.0),
                 busbw_gbs: bw.map(|b| b.1),
                 check: s.check.map(|c| CheckRecord {

@@ -1,4 +1,5 @@
-//! Operations written once over the backend: data movement (exchange plans), collectives.
+//! Operations written once over the backend: data movement (exchange plans), collectives, matmul.
 
 pub mod exchange;
+pub mod matmul;
 pub mod step;

@@ -80,6 +80,35 @@ impl Movement {
     }
 }
 
+/// A movement with its scratch buffers and its destination.
+pub struct Staged<B: Backend> {
+    movement: Movement,
+    send: B::Buf,
+    recv: B::Buf,
+    /// Where the moved piece lands.
+    pub out: B::Buf,
+}
+
+impl<B: Backend> Staged<B> {
+    /// Allocates the buffers of a movement whose destination piece has `out_bytes`.
+    pub fn new(b: &B, movement: Movement, out_bytes: usize) -> Result<Self> {
+        let (send, recv) = movement.buffers(b)?;
+        Ok(Staged {
+            movement,
+            send,
+            recv,
+            out: b.zeros(out_bytes)?,
+        })
+    }
+
+    /// Moves `src` and returns the moved piece.
+    pub fn run(&mut self, b: &B, src: &B::Buf) -> Result<&B::Buf> {
+        self.movement
+            .run(b, src, &mut self.send, &mut self.recv, &mut self.out)?;
+        Ok(&self.out)
+    }
+}
+
 enum Kernel {
     /// An exchange (redistribute, all_gather, gather, scatter, all_to_all).
     Move(Movement),
@@ -228,7 +257,8 @@ impl<B: Backend> Prepared<B> {
             Kernel::ReduceScatter(runs, op) => {
                 let send = &mut self.scratch[0];
                 b.copy_runs(input, send, runs, elem);
-                b.reduce_scatter(send, &mut self.out, dtype, *op)?;
+                let counts = vec![b.len(&self.out) / elem; b.ranks()];
+                b.reduce_scatter(send, &mut self.out, &counts, dtype, *op)?;
             }
             Kernel::Broadcast(root) => {
                 if b.rank() == *root {

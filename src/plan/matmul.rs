@@ -60,6 +60,9 @@ pub struct MatmulChoice {
     pub algorithm: MatmulAlgorithm,
     /// The result's distribution.
     pub out: Distribution,
+    /// The distribution the algorithm itself leaves the result in (before any final
+    /// redistribution to `out`).
+    pub natural: Distribution,
     /// What runs, in a few words.
     pub detail: String,
     /// Bytes each rank sends (estimated for ring collectives); None when the rank count is unknown.
@@ -69,6 +72,7 @@ pub struct MatmulChoice {
 struct Candidate {
     algorithm: MatmulAlgorithm,
     out: Distribution,
+    natural: Distribution,
     detail: Vec<String>,
     cost: f64,
 }
@@ -100,6 +104,7 @@ fn candidates(case: &MatmulCase<'_>) -> Vec<Candidate> {
     let mut add = |algorithm, dist: Distribution, detail: &[&str], cost: f64| {
         out.push(Candidate {
             algorithm,
+            natural: dist.clone(),
             out: dist,
             detail: detail.iter().map(|s| s.to_string()).collect(),
             cost,
@@ -228,6 +233,7 @@ pub fn choose(case: &MatmulCase<'_>, requested: MatmulAlgorithm) -> Result<Matmu
         Some(c) => Ok(MatmulChoice {
             algorithm: c.algorithm,
             out: c.out.clone(),
+            natural: c.natural.clone(),
             detail: c.detail.join(", then "),
             bytes_per_rank: case.ranks.map(|_| c.cost.ceil() as u64),
         }),

@@ -52,8 +52,12 @@ pub struct StepPlan {
     pub detail: Option<String>,
     /// Bytes each rank sends.
     pub bytes_sent_per_rank: Option<u64>,
-    /// The input's and the result's states (data-movement steps).
-    pub states: Option<(TensorState, TensorState)>,
+    /// The states of the tensors the step reads, in `inputs` order.
+    pub input_states: Vec<TensorState>,
+    /// The state of the result, as stored.
+    pub output_state: Option<TensorState>,
+    /// The matmul algorithm chosen and what it moves.
+    pub matmul: Option<matmul::MatmulChoice>,
 }
 
 /// A spec resolved for a rank count.
@@ -136,7 +140,9 @@ pub fn plan(loaded: &Loaded, ranks: u64) -> Result<Plan, Vec<Diagnostic>> {
             algorithm: s.matmul.as_ref().map(|m| m.algorithm.name()),
             detail: s.matmul.as_ref().map(|m| m.detail.clone()),
             bytes_sent_per_rank: s.matmul.as_ref().and_then(|m| m.bytes_per_rank),
-            states: s.states,
+            input_states: s.input_states,
+            output_state: s.output_state,
+            matmul: s.matmul.clone(),
         })
         .collect();
     Ok(Plan {

@@ -51,8 +51,10 @@ pub struct StepInfo {
     pub outputs: Vec<String>,
     /// The matmul algorithm chosen.
     pub matmul: Option<MatmulChoice>,
-    /// The state of the input the step reads and of the result it writes (data-movement steps).
-    pub states: Option<(TensorState, TensorState)>,
+    /// The states of the tensors the step reads, in `inputs` order.
+    pub input_states: Vec<TensorState>,
+    /// The state of the result it writes, as stored.
+    pub output_state: Option<TensorState>,
 }
 
 /// The result of the meaning pass.
@@ -570,7 +572,8 @@ impl Resolver<'_> {
                 .map(|(_, n)| vec![n.to_string()])
                 .unwrap_or_default(),
             matmul: None,
-            states: None,
+            input_states: Vec::new(),
+            output_state: None,
         };
         let ins: Vec<Option<TensorState>> = step
             .inputs()
@@ -581,6 +584,8 @@ impl Resolver<'_> {
             return info;
         }
         let ins: Vec<TensorState> = ins.into_iter().flatten().collect();
+        let mut info = info;
+        info.input_states = ins.clone();
         let result = match step {
             Step::Matmul(m) => return self.matmul(i, m, &ins, info),
             Step::Fft(f) => self.fft(i, f, &ins[0]),
@@ -591,12 +596,10 @@ impl Resolver<'_> {
                 ..ins[0].clone()
             }),
         };
-        let mut info = info;
         if let (Some(out), Some((key, name))) = (result, step.output()) {
             self.write(i, key, name, out.clone(), key == "input");
             // The result as stored: a declared output keeps its declared layout.
-            let stored = self.current.get(name).cloned().unwrap_or(out);
-            info.states = Some((ins[0].clone(), stored));
+            info.output_state = Some(self.current.get(name).cloned().unwrap_or(out));
         }
         info
     }
@@ -875,6 +878,16 @@ impl Resolver<'_> {
             }
             _ => {}
         }
+        if a.dtype.is_complex() && crate::ops::matmul::epilog::nonlinear(m.epilog) {
+            ok = false;
+            self.err(
+                Diagnostic::value(
+                    here.key("epilog"),
+                    format!("relu and gelu apply to real dtypes, not {}", a.dtype),
+                )
+                .help("complex matmuls take the bias epilog only"),
+            );
+        }
         if m.beta != 0.0 && m.c.is_none() {
             ok = false;
             self.err(
@@ -992,7 +1005,8 @@ impl Resolver<'_> {
                     layout: a.layout,
                     dist: choice.out.clone(),
                 };
-                self.write(i, "out", &m.out, out, false);
+                self.write(i, "out", &m.out, out.clone(), false);
+                info.output_state = Some(self.current.get(&m.out).cloned().unwrap_or(out));
                 info.matmul = Some(choice);
             }
             Err(e) => self.err(Diagnostic::value(here.key("algorithm"), e)),

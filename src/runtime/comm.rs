@@ -75,8 +75,16 @@ pub trait Comm {
     fn all_reduce(&self, send: &[u8], recv: &mut [u8], elem: Elem, op: Op) -> Result<()>;
     /// Element-wise reduction into `recv` on `root` (ignored elsewhere).
     fn reduce(&self, send: &[u8], recv: &mut [u8], elem: Elem, op: Op, root: usize) -> Result<()>;
-    /// Reduces `send` (P equal blocks) and leaves block r of the result in rank r's `recv`.
-    fn reduce_scatter_block(&self, send: &[u8], recv: &mut [u8], elem: Elem, op: Op) -> Result<()>;
+    /// Reduces `send` (P consecutive blocks of `counts[r]` elements) and leaves block r of the
+    /// result in rank r's `recv`.
+    fn reduce_scatter(
+        &self,
+        send: &[u8],
+        recv: &mut [u8],
+        counts: &[usize],
+        elem: Elem,
+        op: Op,
+    ) -> Result<()>;
     /// Copies `root`'s buffer into every rank's.
     fn broadcast(&self, buf: &mut [u8], root: usize) -> Result<()>;
     /// Every rank's bytes, on every rank, by rank.
@@ -121,7 +129,14 @@ impl Comm for Single {
         recv.copy_from_slice(send);
         Ok(())
     }
-    fn reduce_scatter_block(&self, send: &[u8], recv: &mut [u8], _: Elem, _: Op) -> Result<()> {
+    fn reduce_scatter(
+        &self,
+        send: &[u8],
+        recv: &mut [u8],
+        _: &[usize],
+        _: Elem,
+        _: Op,
+    ) -> Result<()> {
         recv.copy_from_slice(send);
         Ok(())
     }

@@ -232,25 +232,36 @@ impl Comm for MpiComm {
         })
     }
 
-    fn reduce_scatter_block(&self, send: &[u8], recv: &mut [u8], elem: Elem, op: Op) -> Result<()> {
-        let n = recv.len() / elem.size();
-        if n > MAX_COUNT {
-            bail!("a reduce-scatter block of {n} elements is more than MPI's counts can address");
-        }
-        debug_assert_eq!(send.len(), recv.len() * self.size);
-        // SAFETY: send holds P blocks of n elements, recv one.
+    fn reduce_scatter(
+        &self,
+        send: &[u8],
+        recv: &mut [u8],
+        counts: &[usize],
+        elem: Elem,
+        op: Op,
+    ) -> Result<()> {
+        let (counts, _) = counts_and_displs(counts)?;
+        debug_assert_eq!(recv.len(), counts[self.rank] as usize * elem.size());
+        // Empty receive buffers still need their own address (see all_to_all_v).
+        let mut none = 0u8;
+        let out = if recv.is_empty() {
+            &mut none as *mut u8 as *mut c_void
+        } else {
+            recv.as_mut_ptr() as *mut c_void
+        };
+        // SAFETY: send holds the sum of the counts, recv this rank's count.
         check(
             unsafe {
-                ffi::MPI_Reduce_scatter_block(
+                ffi::MPI_Reduce_scatter(
                     send.as_ptr() as *const c_void,
-                    recv.as_mut_ptr() as *mut c_void,
-                    n as c_int,
+                    out,
+                    counts.as_ptr(),
                     datatype(elem),
                     operation(op),
                     world(),
                 )
             },
-            "MPI_Reduce_scatter_block",
+            "MPI_Reduce_scatter",
         )
     }
 

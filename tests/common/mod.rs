@@ -146,31 +146,52 @@ pub fn manifest(run: &Path) -> serde_json::Value {
 
 /// A .npy file's shape and its elements as f64 (complex: real parts), in C order.
 pub fn read_npy(path: &Path) -> (Vec<u64>, Vec<f64>) {
+    let (shape, values) = read_npy_complex(path);
+    (shape, values.into_iter().map(|v| v.0).collect())
+}
+
+/// A .npy file's shape and its elements as (re, im) pairs, in C order (bf16 is stored as `<u2`
+/// bits, which this reads as bf16).
+pub fn read_npy_complex(path: &Path) -> (Vec<u64>, Vec<(f64, f64)>) {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let npy = npyz::NpyFile::new(&bytes[..]).unwrap();
     let shape = npy.shape().to_vec();
     assert!(
-        !npy.header().order().eq(&npyz::Order::Fortran),
+        npy.header().order() != npyz::Order::Fortran,
         "gathered files are C order"
     );
     let descr = match npy.dtype() {
         npyz::DType::Plain(t) => t.to_string(),
         other => panic!("{other:?}"),
     };
-    let (size, decode): (usize, fn(&[u8]) -> f64) = match descr.as_str() {
-        "<f8" => (8, |b| f64::from_le_bytes(b.try_into().unwrap())),
-        "<f4" => (4, |b| f64::from(f32::from_le_bytes(b.try_into().unwrap()))),
-        "<i4" => (4, |b| f64::from(i32::from_le_bytes(b.try_into().unwrap()))),
-        "<i8" => (8, |b| i64::from_le_bytes(b.try_into().unwrap()) as f64),
-        "|u1" => (1, |b| f64::from(b[0])),
-        // Complex: the real part.
-        "<c8" => (8, |b| {
-            f64::from(f32::from_le_bytes(b[..4].try_into().unwrap()))
+    fn f32_at(b: &[u8]) -> f64 {
+        f64::from(f32::from_le_bytes(b[..4].try_into().unwrap()))
+    }
+    fn f64_at(b: &[u8]) -> f64 {
+        f64::from_le_bytes(b[..8].try_into().unwrap())
+    }
+    type Decode = fn(&[u8]) -> (f64, f64);
+    let (size, decode): (usize, Decode) = match descr.as_str() {
+        "<f8" => (8, |b| (f64_at(b), 0.0)),
+        "<f4" => (4, |b| (f32_at(b), 0.0)),
+        "<f2" => (2, |b| {
+            (half::f16::from_le_bytes([b[0], b[1]]).to_f64(), 0.0)
         }),
+        "<u2" => (2, |b| {
+            (half::bf16::from_le_bytes([b[0], b[1]]).to_f64(), 0.0)
+        }),
+        "<i4" => (4, |b| {
+            (f64::from(i32::from_le_bytes(b.try_into().unwrap())), 0.0)
+        }),
+        "<i8" => (8, |b| {
+            (i64::from_le_bytes(b.try_into().unwrap()) as f64, 0.0)
+        }),
+        "|u1" => (1, |b| (f64::from(b[0]), 0.0)),
+        "<c8" => (8, |b| (f32_at(b), f32_at(&b[4..]))),
+        "<c16" => (16, |b| (f64_at(b), f64_at(&b[8..]))),
         other => panic!("read_npy: {other}"),
     };
     let n = shape.iter().product::<u64>() as usize;
     let data = &bytes[bytes.len() - n * size..];
-    let values = data.chunks_exact(size).map(decode).collect();
-    (shape, values)
+    (shape, data.chunks_exact(size).map(decode).collect())
 }

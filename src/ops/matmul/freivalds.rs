@@ -1,0 +1,236 @@
+//! Freivalds' check of a distributed matmul: for a random vector x, `out x` must equal
+//! `alpha op(a) (op(b) x) + beta c x + bias sum(x)`, computed in O(n^2) from the pieces each rank
+//! holds and summed over the ranks. The tolerance follows from the dtype and k. For a nonlinear
+//! epilog the check runs on the pre-activation values and then compares the result with their
+//! activation element by element.
+
+use super::epilog::activate;
+use super::local::compute_dtype;
+use crate::backend::Backend;
+use crate::dist::Placement;
+use crate::exec::expect::Comparison;
+use crate::init::{self, Scalar};
+use crate::ops::step::regather;
+use crate::plan::TensorState;
+use crate::spec::step::{Matmul, ReduceOp};
+use crate::spec::tensor::{DType, Distribution, Layout, Uniform};
+use anyhow::Result;
+
+type C = (f64, f64);
+
+fn mul(a: C, b: C) -> C {
+    (a.0 * b.0 - a.1 * b.1, a.0 * b.1 + a.1 * b.0)
+}
+
+fn abs(a: C) -> f64 {
+    a.0.hypot(a.1)
+}
+
+fn scalar(v: Scalar) -> C {
+    match v {
+        Scalar::Real(x) => (x, 0.0),
+        Scalar::Complex(re, im) => (re, im),
+        Scalar::Int(i) => (i as f64, 0.0),
+        Scalar::UInt(u) => (u as f64, 0.0),
+    }
+}
+
+/// Machine epsilon of a float dtype.
+fn epsilon(dtype: DType) -> f64 {
+    match dtype {
+        DType::F16 => 9.77e-4,
+        DType::Bf16 => 7.82e-3,
+        DType::F32 | DType::C64 => f32::EPSILON as f64,
+        _ => f64::EPSILON,
+    }
+}
+
+/// Calls `f(row, col, value)` for every element of this rank's piece that it counts (a
+/// replicated tensor counts on rank 0 only).
+fn each<B: Backend>(
+    b: &B,
+    state: &TensorState,
+    buf: &B::Buf,
+    mut f: impl FnMut(u64, u64, C),
+) -> Result<()> {
+    let rank = b.rank() as u64;
+    let counts = match state.dist {
+        Distribution::Replicated | Distribution::Partial => rank == 0,
+        _ => true,
+    };
+    let Some(iv) = Placement::new(&state.dist, &state.shape, b.ranks() as u64).intervals(rank)
+    else {
+        return Ok(());
+    };
+    if !counts {
+        return Ok(());
+    }
+    let globals: Vec<Vec<u64>> = iv
+        .iter()
+        .map(|axis| axis.iter().flat_map(|&(lo, hi)| lo..hi).collect())
+        .collect();
+    let (rows, cols) = (globals[0].len(), globals.get(1).map_or(1, Vec::len));
+    let data = b.download(buf)?;
+    let size = state.dtype.size() as usize;
+    for r in 0..rows {
+        for c in 0..cols {
+            let at = match state.layout {
+                Layout::C => r * cols + c,
+                Layout::F => c * rows + r,
+            };
+            let v = scalar(init::decode(state.dtype, &data[at * size..(at + 1) * size]));
+            let col = globals.get(1).map_or(0, |g| g[c]);
+            f(globals[0][r], col, v);
+        }
+    }
+    Ok(())
+}
+
+/// Sums complex vectors over the ranks.
+fn all_sum<B: Backend>(b: &B, v: &[C]) -> Result<Vec<C>> {
+    let bytes: Vec<u8> = v
+        .iter()
+        .flat_map(|(re, im)| [re.to_le_bytes(), im.to_le_bytes()])
+        .flatten()
+        .collect();
+    let send = b.upload(bytes)?;
+    let mut recv = b.zeros(v.len() * 16)?;
+    b.all_reduce(&send, &mut recv, DType::C128, ReduceOp::Sum)?;
+    Ok(b.download(&recv)?
+        .chunks_exact(16)
+        .map(|c| {
+            (
+                f64::from_le_bytes(c[..8].try_into().expect("8")),
+                f64::from_le_bytes(c[8..].try_into().expect("8")),
+            )
+        })
+        .collect())
+}
+
+/// Checks a matmul's result. `inputs` are a, b, c?, bias? with their buffers; `pre` is the
+/// kept pre-activation for a nonlinear epilog.
+pub fn check<B: Backend>(
+    b: &B,
+    step: &Matmul,
+    inputs: &[(&TensorState, &B::Buf)],
+    out: (&TensorState, &B::Buf),
+    pre: Option<(TensorState, B::Buf)>,
+    seed: u64,
+) -> Result<Comparison> {
+    let (m, n) = (out.0.shape[0] as usize, out.0.shape[1] as usize);
+    let (sa, sb) = (inputs[0].0, inputs[1].0);
+    let k = if step.transpose_a {
+        sa.shape[0]
+    } else {
+        sa.shape[1]
+    } as usize;
+    let uniform = crate::spec::tensor::Init::Uniform(Uniform {
+        low: -1.0,
+        high: 1.0,
+    });
+    let x: Vec<f64> = (0..n as u64)
+        .map(
+            |j| match init::init_value(&uniform, seed, "freivalds", DType::F64, j) {
+                Some(Scalar::Real(v)) => v,
+                _ => 0.0,
+            },
+        )
+        .collect();
+    let conj = |v: C, yes: bool| if yes { (v.0, -v.1) } else { v };
+    // y = op(b) x, with |op(b)| |x| beside it.
+    let mut y = vec![(0.0, 0.0); 2 * k];
+    each(b, sb, inputs[1].1, |i0, i1, v| {
+        let (kk, j) = if step.transpose_b { (i1, i0) } else { (i0, i1) };
+        let v = conj(v, step.conjugate_b);
+        let t = mul(v, (x[j as usize], 0.0));
+        y[kk as usize].0 += t.0;
+        y[kk as usize].1 += t.1;
+        y[k + kk as usize].0 += abs(v) * x[j as usize].abs();
+    })?;
+    let y = all_sum(b, &y)?;
+    // z = alpha op(a) y + beta c x + bias sum(x); w = out x (or the pre-activation's).
+    let mut z = vec![(0.0, 0.0); 4 * m];
+    let alpha = (step.alpha, 0.0);
+    each(b, sa, inputs[0].1, |i0, i1, v| {
+        let (ii, kk) = if step.transpose_a { (i1, i0) } else { (i0, i1) };
+        let v = conj(v, step.conjugate_a);
+        let t = mul(alpha, mul(v, y[kk as usize]));
+        z[ii as usize].0 += t.0;
+        z[ii as usize].1 += t.1;
+        z[m + ii as usize].0 += step.alpha.abs() * abs(v) * y[k + kk as usize].0;
+    })?;
+    let mut extra = 2;
+    if step.c.is_some() {
+        let (sc, bc) = inputs[extra];
+        extra += 1;
+        each(b, sc, bc, |i, j, v| {
+            let t = mul((step.beta, 0.0), mul(v, (x[j as usize], 0.0)));
+            z[i as usize].0 += t.0;
+            z[i as usize].1 += t.1;
+            z[m + i as usize].0 += step.beta.abs() * abs(v) * x[j as usize].abs();
+        })?;
+    }
+    if step.bias.is_some() {
+        let (sbias, bb) = inputs[extra];
+        let (sx, sabs) = (
+            x.iter().sum::<f64>(),
+            x.iter().map(|v| v.abs()).sum::<f64>(),
+        );
+        each(b, sbias, bb, |i, _, v| {
+            z[i as usize].0 += v.0 * sx;
+            z[i as usize].1 += v.1 * sx;
+            z[m + i as usize].0 += abs(v) * sabs;
+        })?;
+    }
+    let (target_state, target_buf) = match &pre {
+        Some((s, buf)) => (s, buf),
+        None => (out.0, out.1),
+    };
+    each(b, target_state, target_buf, |i, j, v| {
+        let t = mul(v, (x[j as usize], 0.0));
+        z[2 * m + i as usize].0 += t.0;
+        z[2 * m + i as usize].1 += t.1;
+        z[3 * m + i as usize].0 += abs(v) * x[j as usize].abs();
+    })?;
+    let z = all_sum(b, &z)?;
+    let (eps_c, eps_o) = (
+        epsilon(compute_dtype(out.0.dtype)),
+        epsilon(target_state.dtype),
+    );
+    let mut passed = true;
+    let mut worst = 0.0f64;
+    for i in 0..m {
+        let diff = abs((z[2 * m + i].0 - z[i].0, z[2 * m + i].1 - z[i].1));
+        let scale = z[m + i].0;
+        let tol =
+            4.0 * ((k as f64 + 2.0) * eps_c * scale + eps_o * z[3 * m + i].0) + f64::MIN_POSITIVE;
+        passed &= diff <= tol;
+        worst = worst.max(if diff.is_nan() {
+            f64::INFINITY
+        } else {
+            diff / scale.max(f64::MIN_POSITIVE)
+        });
+    }
+    if let Some((pre_state, pre_buf)) = pre {
+        // The result must be the activation of the checked pre-activation, element by element.
+        let here = TensorState {
+            dtype: out.0.dtype,
+            ..pre_state.clone()
+        };
+        let moved = regather(b, out.0, out.1, &here)?;
+        let (got, want) = (b.download(&moved)?, b.download(&pre_buf)?);
+        let (os, ps) = (out.0.dtype.size() as usize, pre_state.dtype.size() as usize);
+        let mut ok = true;
+        for (g, p) in got.chunks_exact(os).zip(want.chunks_exact(ps)) {
+            let g = scalar(init::decode(out.0.dtype, g)).0;
+            let a = activate(step.epilog, scalar(init::decode(pre_state.dtype, p)).0);
+            ok &=
+                (g - a).abs() <= 2.0 * eps_o.max(epsilon(out.0.dtype)) * a.abs().max(1e-30) + 1e-30;
+        }
+        passed &= b.max_over_ranks(if ok { 0.0 } else { 1.0 })? == 0.0;
+    }
+    Ok(Comparison {
+        passed,
+        max_error: worst,
+    })
+}

@@ -1,0 +1,186 @@
+//! The local GEMM of one rank's pieces, through the `gemm` crate (parallel with rayon).
+//! f16 and bf16 are widened to f32 and accumulate in f32; the product is left in the compute type.
+
+use crate::spec::tensor::{DType, Layout};
+use gemm::{Parallelism, c32, c64};
+use half::{bf16, f16};
+use rayon::prelude::*;
+use std::borrow::Cow;
+
+/// The type products accumulate in: f32 for the half types, the dtype itself otherwise.
+pub fn compute_dtype(dtype: DType) -> DType {
+    match dtype {
+        DType::F16 | DType::Bf16 => DType::F32,
+        other => other,
+    }
+}
+
+/// A piece's bytes in its compute type (a copy only for the half types).
+pub fn widen(dtype: DType, bytes: &[u8]) -> Cow<'_, [u8]> {
+    let to_f32: fn([u8; 2]) -> f32 = match dtype {
+        DType::F16 => |b| f16::from_le_bytes(b).to_f32(),
+        DType::Bf16 => |b| bf16::from_le_bytes(b).to_f32(),
+        _ => return Cow::Borrowed(bytes),
+    };
+    Cow::Owned(
+        bytes
+            .par_chunks_exact(2)
+            .flat_map_iter(|c| to_f32([c[0], c[1]]).to_le_bytes())
+            .collect(),
+    )
+}
+
+/// A local piece seen as a matrix: its storage shape and layout, used transposed or not.
+#[derive(Debug, Clone, Copy)]
+pub struct View {
+    /// Rows of the stored piece.
+    pub rows: usize,
+    /// Columns of the stored piece.
+    pub cols: usize,
+    /// Storage order.
+    pub layout: Layout,
+    /// Used transposed.
+    pub transpose: bool,
+    /// Used conjugated.
+    pub conjugate: bool,
+}
+
+impl View {
+    /// Rows and columns of the matrix as used.
+    pub fn dims(&self) -> (usize, usize) {
+        if self.transpose {
+            (self.cols, self.rows)
+        } else {
+            (self.rows, self.cols)
+        }
+    }
+
+    /// Element strides (row, column) of the matrix as used.
+    fn strides(&self) -> (isize, isize) {
+        let (rs, cs) = match self.layout {
+            Layout::C => (self.cols as isize, 1),
+            Layout::F => (1, self.rows as isize),
+        };
+        if self.transpose { (cs, rs) } else { (rs, cs) }
+    }
+}
+
+/// `out` (m x n, row-major, compute type) = `alpha * op(a) @ op(b)`, with `a` and `b` in their
+/// compute type.
+pub fn gemm(compute: DType, a: (&[u8], View), b: (&[u8], View), alpha: (f64, f64), out: &mut [u8]) {
+    let (m, k) = a.1.dims();
+    let (kb, n) = b.1.dims();
+    assert_eq!(k, kb, "inner dimensions of the local pieces");
+    match compute {
+        DType::F32 => run::<f32>(a, b, alpha.0 as f32, out, m, n, k),
+        DType::F64 => run::<f64>(a, b, alpha.0, out, m, n, k),
+        DType::C64 => run::<c32>(a, b, c32::new(alpha.0 as f32, alpha.1 as f32), out, m, n, k),
+        DType::C128 => run::<c64>(a, b, c64::new(alpha.0, alpha.1), out, m, n, k),
+        other => unreachable!("no GEMM computes in {other}"),
+    }
+}
+
+/// Elements of `T` read from bytes (borrowed when aligned, copied otherwise).
+fn typed<T: Copy>(bytes: &[u8]) -> Cow<'_, [T]> {
+    // SAFETY: T is a plain number type (f32, f64, Complex of them): every bit pattern is valid.
+    let (head, body, tail) = unsafe { bytes.align_to::<T>() };
+    if head.is_empty() && tail.is_empty() {
+        Cow::Borrowed(body)
+    } else {
+        let size = std::mem::size_of::<T>();
+        Cow::Owned(
+            bytes
+                .chunks_exact(size)
+                // SAFETY: as above; read_unaligned copes with any address.
+                .map(|c| unsafe { std::ptr::read_unaligned(c.as_ptr() as *const T) })
+                .collect(),
+        )
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run<T: Copy + 'static + Default>(
+    a: (&[u8], View),
+    b: (&[u8], View),
+    alpha: T,
+    out: &mut [u8],
+    m: usize,
+    n: usize,
+    k: usize,
+) {
+    let (lhs, rhs) = (typed::<T>(a.0), typed::<T>(b.0));
+    let (a_rs, a_cs) = a.1.strides();
+    let (b_rs, b_cs) = b.1.strides();
+    let mut dst = vec![T::default(); m * n];
+    if m > 0 && n > 0 {
+        // SAFETY: the views describe `lhs` and `rhs` exactly (their strides stay inside the
+        // slices), and `dst` holds m x n row-major. gemm computes dst = beta * lhs @ rhs
+        // (its "alpha" scales the old dst, unread here).
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                k,
+                dst.as_mut_ptr(),
+                1,
+                n as isize,
+                false,
+                lhs.as_ptr(),
+                a_cs,
+                a_rs,
+                rhs.as_ptr(),
+                b_cs,
+                b_rs,
+                T::default(),
+                alpha,
+                false,
+                a.1.conjugate,
+                b.1.conjugate,
+                Parallelism::Rayon(0),
+            );
+        }
+    }
+    let size = std::mem::size_of::<T>();
+    // SAFETY: T is plain data; reading it as bytes is valid.
+    let bytes = unsafe { std::slice::from_raw_parts(dst.as_ptr() as *const u8, dst.len() * size) };
+    out.copy_from_slice(bytes);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes(v: &[f64]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn transposed_fortran_times_c_matches_by_hand() {
+        // a stored F as 3x2 [[1,2],[3,4],[5,6]] (column-major bytes 1,3,5,2,4,6), used transposed:
+        // op(a) = [[1,3,5],[2,4,6]]. b stored C 3x2 [[1,0],[0,1],[1,1]].
+        let a = bytes(&[1., 3., 5., 2., 4., 6.]);
+        let b = bytes(&[1., 0., 0., 1., 1., 1.]);
+        let va = View {
+            rows: 3,
+            cols: 2,
+            layout: Layout::F,
+            transpose: true,
+            conjugate: false,
+        };
+        let vb = View {
+            rows: 3,
+            cols: 2,
+            layout: Layout::C,
+            transpose: false,
+            conjugate: false,
+        };
+        let mut out = vec![0u8; 4 * 8];
+        gemm(DType::F64, (&a, va), (&b, vb), (2.0, 0.0), &mut out);
+        let got: Vec<f64> = out
+            .chunks_exact(8)
+            .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        // op(a) @ b = [[6, 8], [8, 10]], times 2.
+        assert_eq!(got, [12., 16., 16., 20.]);
+    }
+}

@@ -1,0 +1,405 @@
+//! Distributed matmul, written once over the backend: `out = epilog(alpha * op(a) @ op(b) +
+//! beta * c)`. Every algorithm is the same pipeline with different placements:
+//!
+//! 1. move a and b to the pieces the algorithm multiplies (an exchange; nothing moves when they
+//!    are there already): rows of op(a) times all of op(b) (`local`, `ag_gemm` gathering b,
+//!    `redistribute`), all of op(a) times columns of op(b) (`ag_gemm` gathering a), k-slices of
+//!    both (`gemm_rs`, `gemm_ar`), or grid-row panels of a times grid-column panels of b (`summa`);
+//! 2. the local GEMM;
+//! 3. for k-slices, a reduce-scatter of rows or an all-reduce of the partial products;
+//! 4. `+ beta * c`, the bias and the activation, rounding to the dtype;
+//! 5. moving the result from where the algorithm leaves it to the output's distribution and layout.
+
+pub mod epilog;
+pub mod freivalds;
+pub mod local;
+
+use super::exchange::{Custom, Holdings, Side};
+use super::step::{Movement, Staged, local_bytes};
+use crate::backend::Backend;
+use crate::dist::Placement;
+use crate::plan::TensorState;
+use crate::plan::matmul::{MatmulChoice, same_dist};
+use crate::spec::step::{Matmul, MatmulAlgorithm};
+use crate::spec::tensor::{Axis, Distribution, Layout};
+use anyhow::Result;
+use local::View;
+
+/// An operand moved (when needed) to the piece the algorithm multiplies.
+struct Operand<B: Backend> {
+    movement: Option<Staged<B>>,
+    view: View,
+}
+
+impl<B: Backend> Operand<B> {
+    /// Plans moving `state` to `target` (a distribution of the same tensor, or explicit pieces).
+    fn new(
+        b: &B,
+        state: &TensorState,
+        target: Target,
+        transpose: bool,
+        conjugate: bool,
+    ) -> Result<Self> {
+        let (ranks, rank) = (b.ranks() as u64, b.rank() as u64);
+        let (movement, intervals) = match target {
+            Target::Dist(dist) if same_dist(&dist, &state.dist) => (
+                None,
+                Placement::new(&state.dist, &state.shape, ranks).intervals(rank),
+            ),
+            Target::Dist(dist) => {
+                let side = Side {
+                    dist: &dist,
+                    shape: &state.shape,
+                    layout: state.layout,
+                };
+                let m = Movement::to(state, &side, ranks, rank);
+                (Some(m), side.intervals(rank, ranks))
+            }
+            Target::Pieces(custom) => {
+                let m = Movement::to(state, &custom, ranks, rank);
+                (Some(m), custom.intervals(rank, ranks))
+            }
+        };
+        // A vector (the bias) is a matrix of one column.
+        let extent = |axis: usize| -> usize {
+            intervals.as_ref().map_or(0, |iv| {
+                iv.get(axis).map_or(1, |list| {
+                    list.iter().map(|(lo, hi)| (hi - lo) as usize).sum()
+                })
+            })
+        };
+        let view = View {
+            rows: extent(0),
+            cols: extent(1),
+            layout: state.layout,
+            transpose,
+            conjugate,
+        };
+        let elem = state.dtype.size() as usize;
+        let movement = match movement {
+            Some(m) => Some(Staged::new(b, m, view.rows * view.cols * elem)?),
+            None => None,
+        };
+        Ok(Operand { movement, view })
+    }
+
+    /// The operand's piece to multiply: `input` itself, or moved.
+    fn piece<'a>(&'a mut self, b: &B, input: &'a B::Buf) -> Result<&'a B::Buf> {
+        match &mut self.movement {
+            None => Ok(input),
+            Some(staged) => staged.run(b, input),
+        }
+    }
+}
+
+/// Where an operand must be for the local GEMM.
+enum Target {
+    /// In this distribution (nothing moves when it is there already).
+    Dist(Distribution),
+    /// In these pieces.
+    Pieces(Custom),
+}
+
+fn slab(axis: usize) -> Distribution {
+    Distribution::Slab(Axis::Index(axis as u8))
+}
+
+/// How the partial products combine.
+enum Reduction {
+    None,
+    /// Rows of the product to each rank (element counts).
+    Scatter(Vec<usize>),
+    All,
+}
+
+/// A matmul step ready to run.
+pub struct PreparedMatmul<B: Backend> {
+    step: Matmul,
+    dtype: crate::spec::tensor::DType,
+    a: Operand<B>,
+    b: Operand<B>,
+    c: Option<Operand<B>>,
+    bias: Option<Operand<B>>,
+    reduction: Reduction,
+    acc: B::Buf,
+    reduced: B::Buf,
+    /// Global row of every local row of the product where the algorithm leaves it.
+    rows: Vec<u64>,
+    cols: usize,
+    /// The result where the algorithm leaves it (C layout) and its state.
+    natural: B::Buf,
+    natural_state: TensorState,
+    /// Pre-activation values, kept for the check of a nonlinear epilog.
+    pre: Option<B::Buf>,
+    to_out: Option<Staged<B>>,
+    /// Bytes this rank sends per run (estimate from the plan).
+    pub sent_bytes: usize,
+}
+
+impl<B: Backend> PreparedMatmul<B> {
+    /// Prepares a matmul from the planned choice and the operands' and result's states
+    /// (`inputs` in the step's input order: a, b, c?, bias?).
+    pub fn new(
+        b: &B,
+        step: &Matmul,
+        choice: &MatmulChoice,
+        inputs: &[TensorState],
+        out: &TensorState,
+        keep_pre: bool,
+    ) -> Result<Self> {
+        let (ranks, rank) = (b.ranks() as u64, b.rank() as u64);
+        let (sa, sb) = (&inputs[0], &inputs[1]);
+        let (ta, tb) = (step.transpose_a, step.transpose_b);
+        // Storage axes of op(x)'s rows and columns.
+        let rows_of = |t: bool| if t { 1 } else { 0 };
+        let cols_of = |t: bool| if t { 0 } else { 1 };
+        let natural = choice.natural.clone();
+        let (target_a, target_b, reduction) = match (choice.algorithm, &natural) {
+            (MatmulAlgorithm::GemmRs | MatmulAlgorithm::GemmAr, _) => {
+                let reduction = if choice.algorithm == MatmulAlgorithm::GemmRs {
+                    let n = out.shape[1];
+                    let p = Placement::new(&natural, &out.shape, ranks);
+                    Reduction::Scatter(
+                        (0..ranks)
+                            .map(|r| p.local_shape(r).map_or(0, |s| (s[0] * n) as usize))
+                            .collect(),
+                    )
+                } else {
+                    Reduction::All
+                };
+                (
+                    Target::Dist(slab(cols_of(ta))),
+                    Target::Dist(slab(rows_of(tb))),
+                    reduction,
+                )
+            }
+            (MatmulAlgorithm::Summa, _) => {
+                let panels = |s: &TensorState, keep: usize| {
+                    let p = Placement::new(&s.dist, &s.shape, ranks);
+                    Custom {
+                        shape: s.shape.clone(),
+                        layout: s.layout,
+                        pieces: (0..ranks)
+                            .map(|r| {
+                                p.intervals(r).map(|mut iv| {
+                                    let other = 1 - keep;
+                                    iv[other] = vec![(0, s.shape[other])];
+                                    iv
+                                })
+                            })
+                            .collect(),
+                    }
+                };
+                (
+                    Target::Pieces(panels(sa, 0)),
+                    Target::Pieces(panels(sb, 1)),
+                    Reduction::None,
+                )
+            }
+            (_, Distribution::Slab(axis)) if axis.index() == 1 => (
+                Target::Dist(Distribution::Replicated),
+                Target::Dist(slab(cols_of(tb))),
+                Reduction::None,
+            ),
+            (_, Distribution::Replicated) => (
+                Target::Dist(Distribution::Replicated),
+                Target::Dist(Distribution::Replicated),
+                Reduction::None,
+            ),
+            _ => (
+                Target::Dist(slab(rows_of(ta))),
+                Target::Dist(Distribution::Replicated),
+                Reduction::None,
+            ),
+        };
+        let a = Operand::new(b, sa, target_a, ta, step.conjugate_a)?;
+        let bop = Operand::new(b, sb, target_b, tb, step.conjugate_b)?;
+        let (m_loc, _) = a.view.dims();
+        let (_, n_loc) = bop.view.dims();
+        let compute = local::compute_dtype(sa.dtype);
+        let csize = compute.size() as usize;
+        let acc = b.zeros(m_loc * n_loc * csize)?;
+        let natural_state = TensorState {
+            dist: natural.clone(),
+            layout: Layout::C,
+            ..out.clone()
+        };
+        let natural_intervals = Placement::new(&natural, &out.shape, ranks).intervals(rank);
+        let rows: Vec<u64> = natural_intervals
+            .as_ref()
+            .map(|iv| iv[0].iter().flat_map(|&(lo, hi)| lo..hi).collect())
+            .unwrap_or_default();
+        let cols = natural_intervals.as_ref().map_or(0, |iv| {
+            iv[1].iter().map(|(lo, hi)| (hi - lo) as usize).sum()
+        });
+        let reduced = match &reduction {
+            Reduction::None => b.zeros(0)?,
+            _ => b.zeros(rows.len() * cols * csize)?,
+        };
+        let c = match (&step.c, inputs.get(2)) {
+            (Some(_), Some(sc)) => {
+                let target = TensorState {
+                    layout: Layout::C,
+                    ..sc.clone()
+                };
+                Some(Operand::new(
+                    b,
+                    sc,
+                    Target::Pieces(pieces_of(&natural_state, ranks, target.layout)),
+                    false,
+                    false,
+                )?)
+            }
+            _ => None,
+        };
+        let bias = match (&step.bias, inputs.last()) {
+            (Some(_), Some(sbias)) => Some(Operand::new(
+                b,
+                sbias,
+                Target::Dist(Distribution::Replicated),
+                false,
+                false,
+            )?),
+            _ => None,
+        };
+        let natural_buf = b.zeros(local_bytes(&natural_state, ranks, rank))?;
+        let to_out = if same_dist(&natural, &out.dist) && out.layout == Layout::C {
+            None
+        } else {
+            let m = Movement::to(
+                &natural_state,
+                &Side {
+                    dist: &out.dist,
+                    shape: &out.shape,
+                    layout: out.layout,
+                },
+                ranks,
+                rank,
+            );
+            Some(Staged::new(b, m, local_bytes(out, ranks, rank))?)
+        };
+        Ok(PreparedMatmul {
+            step: step.clone(),
+            dtype: sa.dtype,
+            a,
+            b: bop,
+            c,
+            bias,
+            reduction,
+            acc,
+            reduced,
+            rows,
+            cols,
+            natural: natural_buf,
+            natural_state,
+            pre: (keep_pre && epilog::nonlinear(step.epilog))
+                .then(|| b.zeros(0))
+                .transpose()?,
+            to_out,
+            sent_bytes: choice.bytes_per_rank.unwrap_or(0) as usize,
+        })
+    }
+
+    /// Runs the matmul once on the operands' buffers (a, b, c?, bias?).
+    pub fn run(&mut self, b: &B, inputs: &[&B::Buf]) -> Result<()> {
+        let dtype = self.dtype;
+        let alpha = (self.step.alpha, 0.0);
+        let (va, vb) = (self.a.view, self.b.view);
+        let pa = self.a.piece(b, inputs[0])?;
+        let pb = self.b.piece(b, inputs[1])?;
+        b.gemm(dtype, (pa, va), (pb, vb), alpha, &mut self.acc)?;
+        let compute = local::compute_dtype(dtype);
+        let product = match &self.reduction {
+            Reduction::None => &self.acc,
+            Reduction::Scatter(counts) => {
+                b.reduce_scatter(
+                    &self.acc,
+                    &mut self.reduced,
+                    counts,
+                    compute,
+                    crate::spec::step::ReduceOp::Sum,
+                )?;
+                &self.reduced
+            }
+            Reduction::All => {
+                b.all_reduce(
+                    &self.acc,
+                    &mut self.reduced,
+                    compute,
+                    crate::spec::step::ReduceOp::Sum,
+                )?;
+                &self.reduced
+            }
+        };
+        let mut extra = 2;
+        let c = match (&mut self.c, self.step.c.as_ref()) {
+            (Some(op), Some(_)) => {
+                let piece = op.piece(b, inputs[extra])?;
+                extra += 1;
+                Some((self.step.beta, piece))
+            }
+            _ => None,
+        };
+        let bias = match &mut self.bias {
+            Some(op) => Some((op.piece(b, inputs[extra])?, self.rows.as_slice())),
+            None => None,
+        };
+        let plain = c.is_none() && bias.is_none() && self.step.epilog.is_none() && compute == dtype;
+        if plain {
+            // The product is the result: copy it as it is.
+            let n = b.len(product) / dtype.size() as usize;
+            let all = [super::exchange::Run {
+                src: 0,
+                dst: 0,
+                count: n,
+                src_stride: 1,
+                dst_stride: 1,
+            }];
+            b.copy_runs(product, &mut self.natural, &all, dtype.size() as usize);
+        } else {
+            let add = epilog::Addends { c, bias };
+            b.finish(
+                dtype,
+                product,
+                self.cols,
+                &add,
+                self.step.epilog,
+                &mut self.natural,
+                self.pre.as_mut(),
+            )?;
+        }
+        if let Some(staged) = &mut self.to_out {
+            staged.run(b, &self.natural)?;
+        }
+        Ok(())
+    }
+
+    /// The result of the last run, and (for a nonlinear epilog's check) the pre-activation values
+    /// with their state (compute dtype, where the algorithm left the product).
+    pub fn into_output(self) -> (B::Buf, Option<(TensorState, B::Buf)>) {
+        let compute = local::compute_dtype(self.dtype);
+        let pre = self.pre.map(|p| {
+            (
+                TensorState {
+                    dtype: compute,
+                    ..self.natural_state.clone()
+                },
+                p,
+            )
+        });
+        match self.to_out {
+            Some(staged) => (staged.out, pre),
+            None => (self.natural, pre),
+        }
+    }
+}
+
+/// Every rank's piece of a tensor in a state, as explicit holdings in `layout`.
+fn pieces_of(state: &TensorState, ranks: u64, layout: Layout) -> Custom {
+    let p = Placement::new(&state.dist, &state.shape, ranks);
+    Custom {
+        shape: state.shape.clone(),
+        layout,
+        pieces: (0..ranks).map(|r| p.intervals(r)).collect(),
+    }
+}

@@ -1,0 +1,399 @@
+//! Distributed matmul under mpiexec at 1-4 ranks: every algorithm, operand distributions and
+//! layouts, transposes, conjugates, alpha/beta/c, epilogs and dtypes, at odd sizes, each result
+//! compared with a naive product computed here from values this test writes as .npy files.
+
+mod common;
+use common::*;
+use distrun::spec::tensor::{DType, Layout};
+use std::path::Path;
+use std::time::Duration;
+
+const M: usize = 37;
+const N: usize = 53;
+const K: usize = 29;
+
+/// Deterministic test values in [-1, 1), quantized so that f16 and bf16 hold them exactly.
+fn values(seed: u64, n: usize, complex: bool) -> Vec<(f64, f64)> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        ((s >> 40) % 128) as f64 / 64.0 - 1.0
+    };
+    (0..n)
+        .map(|_| (next(), if complex { next() } else { 0.0 }))
+        .collect()
+}
+
+/// Writes a C-order .npy of `rows x cols` values in `dtype`.
+fn write(dir: &Path, name: &str, dtype: DType, shape: &[u64], v: &[(f64, f64)]) {
+    let bytes: Vec<u8> = v
+        .iter()
+        .flat_map(|&(re, im)| match dtype {
+            DType::F64 => re.to_le_bytes().to_vec(),
+            DType::F32 => (re as f32).to_le_bytes().to_vec(),
+            DType::F16 => half::f16::from_f64(re).to_le_bytes().to_vec(),
+            DType::Bf16 => half::bf16::from_f64(re).to_le_bytes().to_vec(),
+            DType::C64 => [(re as f32).to_le_bytes(), (im as f32).to_le_bytes()].concat(),
+            DType::C128 => [re.to_le_bytes(), im.to_le_bytes()].concat(),
+            other => panic!("{other}"),
+        })
+        .collect();
+    distrun::output::npy::write_npy(
+        &dir.join(format!("{name}.npy")),
+        dtype,
+        shape,
+        Layout::C,
+        &bytes,
+    )
+    .unwrap();
+}
+
+/// One matmul case.
+struct Case {
+    dtype: DType,
+    a_dist: &'static str,
+    b_dist: &'static str,
+    layouts: (&'static str, &'static str),
+    transpose: (bool, bool),
+    conjugate: (bool, bool),
+    alpha: f64,
+    beta_c: Option<(f64, &'static str)>,
+    epilog: Option<&'static str>,
+    algorithm: &'static str,
+    out_dist: Option<&'static str>,
+}
+
+fn case(dtype: DType, a_dist: &'static str, b_dist: &'static str) -> Case {
+    Case {
+        dtype,
+        a_dist,
+        b_dist,
+        layouts: ("C", "C"),
+        transpose: (false, false),
+        conjugate: (false, false),
+        alpha: 1.0,
+        beta_c: None,
+        epilog: None,
+        algorithm: "auto",
+        out_dist: None,
+    }
+}
+
+const DISTS: [&str; 5] = [
+    "{ slab = 0 }",
+    "{ slab = 1 }",
+    "{ block = {} }",
+    "{ block_cyclic = { blocks = [5, 7] } }",
+    "\"replicated\"",
+];
+
+fn cases() -> Vec<Case> {
+    let mut all = Vec::new();
+    // Every pair of operand distributions (auto picks the algorithm), layouts alternating.
+    for (i, a) in DISTS.iter().enumerate() {
+        for (j, b) in DISTS.iter().enumerate() {
+            let mut c = case(DType::F64, a, b);
+            c.layouts = (
+                if i % 2 == 0 { "C" } else { "F" },
+                if (i + j) % 2 == 0 { "F" } else { "C" },
+            );
+            all.push(c);
+        }
+    }
+    // Transposes in every combination, in Fortran order, f32.
+    for t in [(true, false), (false, true), (true, true)] {
+        let mut c = case(DType::F32, "{ slab = 1 }", "{ slab = 0 }");
+        c.transpose = t;
+        c.layouts = ("F", "F");
+        all.push(c);
+    }
+    // Conjugates (need the transposes), complex.
+    for dtype in [DType::C128, DType::C64] {
+        let mut c = case(
+            dtype,
+            "{ slab = 0 }",
+            "{ block_cyclic = { blocks = [4, 4] } }",
+        );
+        c.transpose = (true, true);
+        c.conjugate = (true, true);
+        all.push(c);
+    }
+    // alpha, beta and c (in another distribution than the result), and a declared F result.
+    let mut c = case(DType::F64, "{ slab = 0 }", "\"replicated\"");
+    c.alpha = 0.5;
+    c.beta_c = Some((-2.0, "{ slab = 1 }"));
+    c.out_dist = Some("{ block_cyclic = { blocks = [3, 8] } }");
+    all.push(c);
+    // Every epilog.
+    for e in ["relu", "gelu", "bias", "relu_bias", "gelu_bias"] {
+        let mut c = case(DType::F32, "{ slab = 1 }", "{ slab = 0 }");
+        c.epilog = Some(e);
+        all.push(c);
+    }
+    // Half types accumulate in f32.
+    for dtype in [DType::F16, DType::Bf16] {
+        all.push(case(
+            dtype,
+            "{ block_cyclic = { blocks = [5, 7] } }",
+            "{ block_cyclic = { blocks = [7, 3] } }",
+        ));
+        all.push(case(dtype, "{ slab = 1 }", "{ slab = 0 }"));
+    }
+    // Every algorithm forced.
+    for (alg, a, b) in [
+        ("local", "{ slab = 0 }", "\"replicated\""),
+        ("ag_gemm", "{ slab = 0 }", "{ slab = 1 }"),
+        ("gemm_rs", "{ slab = 1 }", "{ slab = 0 }"),
+        ("gemm_ar", "{ slab = 1 }", "{ slab = 0 }"),
+        (
+            "summa",
+            "{ block_cyclic = { blocks = [5, 7] } }",
+            "{ block_cyclic = { blocks = [7, 3] } }",
+        ),
+        ("summa", "{ block = {} }", "{ block = {} }"),
+        ("redistribute", "{ block = {} }", "{ slab = 1 }"),
+    ] {
+        let mut c = case(DType::F64, a, b);
+        c.algorithm = alg;
+        all.push(c);
+    }
+    all
+}
+
+fn dtype_name(d: DType) -> &'static str {
+    d.name()
+}
+
+/// The spec of every case, with the .npy files it reads; returns the spec's path.
+fn write_spec(dir: &Path, cases: &[Case]) -> std::path::PathBuf {
+    let mut s = String::from("[job]\nname = \"matmul\"\n");
+    let mut outs = Vec::new();
+    for (i, c) in cases.iter().enumerate() {
+        let complex = c.dtype.is_complex();
+        let a_shape = if c.transpose.0 {
+            [K as u64, M as u64]
+        } else {
+            [M as u64, K as u64]
+        };
+        let b_shape = if c.transpose.1 {
+            [N as u64, K as u64]
+        } else {
+            [K as u64, N as u64]
+        };
+        write(
+            dir,
+            &format!("a{i}"),
+            c.dtype,
+            &a_shape,
+            &values(3 * i as u64 + 1, M * K, complex),
+        );
+        write(
+            dir,
+            &format!("b{i}"),
+            c.dtype,
+            &b_shape,
+            &values(3 * i as u64 + 2, K * N, complex),
+        );
+        let d = dtype_name(c.dtype);
+        s += &format!(
+            "[tensors.a{i}]\nshape = {a_shape:?}\ndtype = \"{d}\"\nlayout = \"{}\"\ndistribution = {}\ninit = {{ npy = \"a{i}.npy\" }}\n",
+            c.layouts.0, c.a_dist
+        );
+        s += &format!(
+            "[tensors.b{i}]\nshape = {b_shape:?}\ndtype = \"{d}\"\nlayout = \"{}\"\ndistribution = {}\ninit = {{ npy = \"b{i}.npy\" }}\n",
+            c.layouts.1, c.b_dist
+        );
+        let mut step = format!(
+            "[[steps]]\nop = \"matmul\"\na = \"a{i}\"\nb = \"b{i}\"\nout = \"d{i}\"\nalpha = {:?}\ntranspose_a = {}\ntranspose_b = {}\nconjugate_a = {}\nconjugate_b = {}\nalgorithm = \"{}\"\ncheck = true\n",
+            c.alpha, c.transpose.0, c.transpose.1, c.conjugate.0, c.conjugate.1, c.algorithm
+        );
+        if let Some((beta, dist)) = c.beta_c {
+            write(
+                dir,
+                &format!("c{i}"),
+                c.dtype,
+                &[M as u64, N as u64],
+                &values(3 * i as u64 + 3, M * N, complex),
+            );
+            s += &format!(
+                "[tensors.c{i}]\nshape = [{M}, {N}]\ndtype = \"{d}\"\ndistribution = {dist}\ninit = {{ npy = \"c{i}.npy\" }}\n"
+            );
+            step += &format!("c = \"c{i}\"\nbeta = {beta:?}\n");
+        }
+        if let Some(e) = c.epilog {
+            step += &format!("epilog = \"{e}\"\n");
+            if e.contains("bias") {
+                write(
+                    dir,
+                    &format!("bias{i}"),
+                    c.dtype,
+                    &[M as u64],
+                    &values(3 * i as u64 + 3, M, false),
+                );
+                s += &format!(
+                    "[tensors.bias{i}]\nshape = [{M}]\ndtype = \"{d}\"\ninit = {{ npy = \"bias{i}.npy\" }}\n"
+                );
+                step += &format!("bias = \"bias{i}\"\n");
+            }
+        }
+        if let Some(dist) = c.out_dist {
+            s += &format!(
+                "[tensors.d{i}]\nshape = [{M}, {N}]\ndtype = \"{d}\"\nlayout = \"F\"\ndistribution = {dist}\n"
+            );
+        }
+        s += &step;
+        outs.push(format!("\"d{i}\""));
+    }
+    s += &format!("[output]\ngather = true\ntensors = [{}]\n", outs.join(", "));
+    let path = dir.join("matmul.toml");
+    std::fs::write(&path, s).unwrap();
+    path
+}
+
+fn mul(a: (f64, f64), b: (f64, f64)) -> (f64, f64) {
+    (a.0 * b.0 - a.1 * b.1, a.0 * b.1 + a.1 * b.0)
+}
+
+/// The naive product of case i, from the values the test wrote.
+fn reference(i: usize, c: &Case) -> Vec<(f64, f64)> {
+    let complex = c.dtype.is_complex();
+    // The values as the dtype stores them.
+    let round = |v: (f64, f64)| match c.dtype {
+        DType::F32 | DType::C64 => (v.0 as f32 as f64, v.1 as f32 as f64),
+        DType::F16 => (half::f16::from_f64(v.0).to_f64(), 0.0),
+        DType::Bf16 => (half::bf16::from_f64(v.0).to_f64(), 0.0),
+        _ => v,
+    };
+    let a: Vec<_> = values(3 * i as u64 + 1, M * K, complex)
+        .into_iter()
+        .map(round)
+        .collect();
+    let b: Vec<_> = values(3 * i as u64 + 2, K * N, complex)
+        .into_iter()
+        .map(round)
+        .collect();
+    let op_a = |r: usize, k: usize| {
+        let v = if c.transpose.0 {
+            a[k * M + r]
+        } else {
+            a[r * K + k]
+        };
+        if c.conjugate.0 { (v.0, -v.1) } else { v }
+    };
+    let op_b = |k: usize, j: usize| {
+        let v = if c.transpose.1 {
+            b[j * K + k]
+        } else {
+            b[k * N + j]
+        };
+        if c.conjugate.1 { (v.0, -v.1) } else { v }
+    };
+    let cm: Option<Vec<_>> = c.beta_c.map(|_| {
+        values(3 * i as u64 + 3, M * N, complex)
+            .into_iter()
+            .map(round)
+            .collect()
+    });
+    let bias: Vec<_> = values(3 * i as u64 + 3, M, false)
+        .into_iter()
+        .map(round)
+        .collect();
+    let gelu =
+        |x: f64| 0.5 * x * (1.0 + (0.797_884_560_802_865_4 * (x + 0.044715 * x * x * x)).tanh());
+    let mut out = Vec::with_capacity(M * N);
+    for r in 0..M {
+        for j in 0..N {
+            let mut s = (0.0, 0.0);
+            for k in 0..K {
+                let t = mul(op_a(r, k), op_b(k, j));
+                s = (s.0 + t.0, s.1 + t.1);
+            }
+            let mut v = (c.alpha * s.0, c.alpha * s.1);
+            if let (Some((beta, _)), Some(cm)) = (c.beta_c, &cm) {
+                v = (v.0 + beta * cm[r * N + j].0, v.1 + beta * cm[r * N + j].1);
+            }
+            match c.epilog {
+                Some("relu") => v.0 = v.0.max(0.0),
+                Some("gelu") => v.0 = gelu(v.0),
+                Some("bias") => v.0 += bias[r].0,
+                Some("relu_bias") => v.0 = (v.0 + bias[r].0).max(0.0),
+                Some("gelu_bias") => v.0 = gelu(v.0 + bias[r].0),
+                _ => {}
+            }
+            out.push(v);
+        }
+    }
+    out
+}
+
+#[test]
+fn every_algorithm_distribution_and_dtype_at_1_to_4_ranks() {
+    let cases = cases();
+    for p in 1..=4usize {
+        let dir = temp_dir(&format!("matmul{p}"));
+        let spec = write_spec(&dir, &cases);
+        let out = dir.join("run");
+        let ran = mpirun(
+            p,
+            &[
+                "run",
+                spec.to_str().unwrap(),
+                "--out",
+                out.to_str().unwrap(),
+                "-q",
+            ],
+            &[],
+            Duration::from_secs(300),
+        );
+        assert_eq!(ran.code, 0, "{p} ranks:\n{}", ran.stderr);
+        let m = manifest(&out);
+        for (i, c) in cases.iter().enumerate() {
+            let step = &m["steps"][i];
+            assert_eq!(step["check"]["passed"], true, "{p} ranks, case {i}: {step}");
+            if c.algorithm != "auto" {
+                assert_eq!(step["algorithm"], c.algorithm, "case {i}");
+            }
+            assert!(step["tflops"].as_f64().unwrap() > 0.0);
+            let (shape, got) = read_npy_complex(&out.join(format!("d{i}.npy")));
+            assert_eq!(shape, [M as u64, N as u64]);
+            let want = reference(i, c);
+            let tol = match c.dtype {
+                DType::F64 | DType::C128 => 1e-12,
+                DType::F32 | DType::C64 => 1e-5,
+                DType::F16 => 2e-3,
+                _ => 1.6e-2,
+            } * K as f64;
+            for (e, (g, w)) in got.iter().zip(&want).enumerate() {
+                let err = (g.0 - w.0).hypot(g.1 - w.1);
+                assert!(
+                    err <= tol * w.0.hypot(w.1).max(1.0),
+                    "{p} ranks, case {i} ({:?}), element {e}: {g:?} vs {w:?}",
+                    c.dtype
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn freivalds_catches_a_corrupted_product() {
+    for p in [1usize, 3] {
+        let out = temp_dir(&format!("mmcorrupt{p}")).join("run");
+        let ran = mpirun(
+            p,
+            &[
+                "run",
+                "specs/gemm.toml",
+                "--out",
+                out.to_str().unwrap(),
+                "-q",
+            ],
+            &[("DISTRUN_CORRUPT_STEP", "0")],
+            Duration::from_secs(120),
+        );
+        assert_eq!(ran.code, 3, "{}", ran.stderr);
+        assert_eq!(manifest(&out)["steps"][0]["check"]["passed"], false);
+    }
+}
