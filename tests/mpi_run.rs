@@ -551,16 +551,21 @@ fn a_rank_count_the_spec_refuses_is_named() {
 }
 
 #[test]
-fn unbuilt_steps_are_refused_before_anything_runs() {
+fn a_device_not_built_yet_is_refused_before_anything_runs() {
     let dir = temp_dir("unbuilt");
+    let spec = dir.join("cuda.toml");
+    std::fs::write(
+        &spec,
+        "[job]\nname = \"gpu\"\n[runtime]\ndevice = \"cuda\"\n[[steps]]\nop = \"barrier\"\n",
+    )
+    .unwrap();
     let out = dir.join("run");
     let ran = Distrun::new()
-        .args(["specs/fft3d.toml", "--out", out.to_str().unwrap()])
+        .args([spec.to_str().unwrap(), "--out", out.to_str().unwrap()])
         .run();
     assert_eq!(ran.code, 1);
     assert!(
-        ran.stderr
-            .contains("steps[0] (fft), steps[1] (fft) cannot run yet"),
+        ran.stderr.contains("the GPU backend is not built yet"),
         "{}",
         ran.stderr
     );

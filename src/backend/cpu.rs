@@ -3,6 +3,7 @@
 
 use super::Backend;
 use crate::ops::exchange::Run;
+use crate::ops::fft::local as fft;
 use crate::ops::matmul::{epilog, local};
 use crate::runtime::comm::{Comm, Elem, Op};
 use crate::spec::step::{Epilog, ReduceOp};
@@ -254,6 +255,20 @@ impl Backend for Cpu<'_> {
         let kept = epilog::finish(compute, acc, cols, dtype, &add, act, out, pre.is_some());
         if let (Some(pre), Some(kept)) = (pre, kept) {
             *pre = kept;
+        }
+        Ok(())
+    }
+
+    fn fft(
+        &self,
+        precision: DType,
+        phase: &fft::Phase,
+        input: &Vec<u8>,
+        output: &mut Vec<u8>,
+    ) -> Result<()> {
+        match precision {
+            DType::C64 => fft::run_phase::<f32>(phase, input, output),
+            _ => fft::run_phase::<f64>(phase, input, output),
         }
         Ok(())
     }

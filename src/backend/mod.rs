@@ -4,6 +4,7 @@
 pub mod cpu;
 
 use crate::ops::exchange::Run;
+use crate::ops::fft::local::Phase;
 use crate::ops::matmul::epilog::Addends;
 use crate::ops::matmul::local::View;
 use crate::spec::step::{Epilog, ReduceOp};
@@ -56,6 +57,15 @@ pub trait Backend {
         epilog: Option<Epilog>,
         out: &mut Self::Buf,
         pre: Option<&mut Self::Buf>,
+    ) -> Result<()>;
+
+    /// A local FFT phase on a piece in C order, in complex `precision` (c64 or c128).
+    fn fft(
+        &self,
+        precision: DType,
+        phase: &Phase,
+        input: &Self::Buf,
+        output: &mut Self::Buf,
     ) -> Result<()>;
 
     /// Sends `send_counts[q]` elements to rank q and receives `recv_counts[r]` from rank r.

@@ -7,13 +7,14 @@ mod write;
 
 use crate::backend::Backend;
 use crate::backend::cpu::Cpu;
+use crate::ops::fft::{self, PreparedFft};
 use crate::ops::matmul::{PreparedMatmul, freivalds};
 use crate::ops::step::Prepared;
 use crate::plan::{Plan, TensorState};
 use crate::runtime::Context;
 use crate::spec::Loaded;
 use crate::spec::model::Device;
-use crate::spec::step::{SendRecvPattern, Step};
+use crate::spec::step::{FftKind, SendRecvPattern, Step};
 use anyhow::{Result, bail};
 use expect::{Comparison, Origin};
 use progress::Progress;
@@ -79,26 +80,11 @@ pub fn run(loaded: &Loaded, plan: &Plan, ctx: &Context, opts: &Options) -> Resul
     Ok(passed)
 }
 
-/// What stops a spec before any rank starts: a device or steps whose execution is not built yet.
+/// What stops a spec before any rank starts: a device whose backend is not built yet.
 pub fn preflight(loaded: &Loaded) -> Result<()> {
     if loaded.spec.runtime.device == Device::Cuda {
         bail!(
             "device = \"cuda\": the GPU backend is not built yet; use device = \"cpu\" or \"auto\"; nothing was run"
-        );
-    }
-    let unbuilt: Vec<String> = loaded
-        .spec
-        .steps
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| matches!(s, Step::Fft(_)))
-        .map(|(i, s)| format!("steps[{i}] ({})", s.op()))
-        .collect();
-    if !unbuilt.is_empty() {
-        bail!(
-            "{} cannot run yet: this version of distrun validates and plans fft steps but does \
-             not execute them; nothing was run",
-            unbuilt.join(", ")
         );
     }
     Ok(())
@@ -191,6 +177,29 @@ fn execute<B: Backend>(
                         (&out_state, &out),
                         pre,
                         spec.job.seed,
+                    )?);
+                }
+                (out, Origin::Computed)
+            }
+            Step::Fft(f) => {
+                let in_state = &planned.input_states[0];
+                let mut prepared = PreparedFft::new(b, f, in_state, &out_state)?;
+                record.times = timed(b, step, progress, || prepared.run(b, inputs[0]))?;
+                // 5 n log2 n per complex transform (real ones count half).
+                let points: f64 = match f.kind {
+                    FftKind::C2r => out_state.shape.iter().map(|&x| x as f64).product(),
+                    _ => in_state.shape.iter().map(|&x| x as f64).product(),
+                };
+                let real = if f.kind == FftKind::C2c { 1.0 } else { 0.5 };
+                record.flops = Some(real * 5.0 * points * points.log2());
+                let mut out = prepared.into_output();
+                corrupt(b, i, out_state.dtype, &mut out)?;
+                if common.check {
+                    record.check = Some(fft::check::check(
+                        b,
+                        f,
+                        (in_state, inputs[0]),
+                        (&out_state, &out),
                     )?);
                 }
                 (out, Origin::Computed)

@@ -25,7 +25,8 @@ pub struct Movement {
 }
 
 impl Movement {
-    fn new(from: &TensorState, to: &TensorState, ranks: u64, rank: u64) -> Self {
+    /// A movement from one state of a tensor to another.
+    pub fn new(from: &TensorState, to: &TensorState, ranks: u64, rank: u64) -> Self {
         let to = Side {
             dist: &to.dist,
             shape: &to.shape,

@@ -6,7 +6,7 @@ use crate::dist;
 use crate::spec::Loaded;
 use crate::spec::diag::{Diagnostic, KeyPath, did_you_mean};
 use crate::spec::model::{CommBackend, Device, DeviceMap, ProcessGroup};
-use crate::spec::step::{FftKind, ReduceOp, Step};
+use crate::spec::step::{FftDirection, FftKind, ReduceOp, Step};
 use crate::spec::tensor::{Axis, DType, Distribution, Init, Layout, TensorSpec};
 use indexmap::IndexMap;
 
@@ -1059,6 +1059,28 @@ impl Resolver<'_> {
             return None;
         }
         let out_dtype = out_dtype.expect("kind and dtype agree");
+        let needed = match f.kind {
+            FftKind::R2c => Some(FftDirection::Forward),
+            FftKind::C2r => Some(FftDirection::Inverse),
+            FftKind::C2c => None,
+        };
+        if let Some(d) = needed.filter(|&d| d != f.direction) {
+            let name = if d == FftDirection::Forward {
+                "forward"
+            } else {
+                "inverse"
+            };
+            self.err(
+                Diagnostic::value(
+                    here.key("direction"),
+                    format!("a {:?} fft runs {name}", f.kind).to_lowercase(),
+                )
+                .help(format!(
+                    "set direction = \"{name}\", or leave it out for r2c"
+                )),
+            );
+            return None;
+        }
         if f.kind != FftKind::C2c && f.out.is_none() {
             self.err(
                 Diagnostic::value(

@@ -1,0 +1,285 @@
+//! Local FFTs of one rank's piece along whole axes (rustfft and realfft, parallel with rayon).
+//! Pieces are in C order; an axis is transformed line by line.
+
+use num_complex::Complex;
+use rayon::prelude::*;
+use realfft::RealFftPlanner;
+use rustfft::{FftDirection, FftNum, FftPlanner};
+use serde::{Deserialize, Serialize};
+
+/// One transform of a local phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AxisOp {
+    /// Complex to complex along an axis.
+    C2c {
+        /// The axis.
+        axis: usize,
+        /// e^+i instead of e^-i.
+        inverse: bool,
+    },
+    /// Real to complex along the last axis (n -> n/2 + 1).
+    R2c,
+    /// Complex to real along the last axis (n/2 + 1 -> n).
+    C2r {
+        /// The real length.
+        n: usize,
+    },
+}
+
+/// A local phase: transforms in order on a piece of `shape` (C order, the shape as it enters).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Phase {
+    /// The piece's shape as it enters (real shape for an R2c, complex for the others).
+    pub shape: Vec<usize>,
+    /// The transforms, in order.
+    pub ops: Vec<AxisOp>,
+    /// Multiply the result by this, if any.
+    pub scale: Option<f64>,
+}
+
+impl Phase {
+    /// The piece's shape after the phase.
+    pub fn out_shape(&self) -> Vec<usize> {
+        let mut s = self.shape.clone();
+        let last = s.len() - 1;
+        for op in &self.ops {
+            match op {
+                AxisOp::R2c => s[last] = s[last] / 2 + 1,
+                AxisOp::C2r { n } => s[last] = *n,
+                AxisOp::C2c { .. } => {}
+            }
+        }
+        s
+    }
+}
+
+/// Bytes as elements of `T` (a copy; pieces are small next to the FFT's own work).
+fn read<T: Copy + Default>(bytes: &[u8]) -> Vec<T> {
+    let size = std::mem::size_of::<T>();
+    let mut out = vec![T::default(); bytes.len() / size];
+    // SAFETY: T is a plain float or complex of floats: any bit pattern is valid, and `out` holds
+    // exactly bytes.len() bytes.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.as_mut_ptr() as *mut u8, bytes.len())
+    };
+    out
+}
+
+fn write<T: Copy>(values: &[T], out: &mut [u8]) {
+    let _size = std::mem::size_of::<T>();
+    // SAFETY: plain data read as bytes.
+    let bytes = unsafe {
+        std::slice::from_raw_parts(values.as_ptr() as *const u8, std::mem::size_of_val(values))
+    };
+    out.copy_from_slice(bytes);
+}
+
+/// Runs a phase on `input` (bytes of the entering piece) into `output`, in precision `T`.
+pub fn run_phase<T: FftNum + Default>(phase: &Phase, input: &[u8], output: &mut [u8]) {
+    let mut shape = phase.shape.clone();
+    let last = shape.len() - 1;
+    let mut real: Option<Vec<T>> = None;
+    let mut data: Vec<Complex<T>> = Vec::new();
+    match phase.ops.first() {
+        Some(AxisOp::R2c) => real = Some(read(input)),
+        _ => data = read(input),
+    }
+    for op in &phase.ops {
+        match *op {
+            AxisOp::C2c { axis, inverse } => c2c_axis(&mut data, &shape, axis, inverse),
+            AxisOp::R2c => {
+                let r = real.take().expect("r2c comes first");
+                data = r2c_last(&r, &shape);
+                shape[last] = shape[last] / 2 + 1;
+            }
+            AxisOp::C2r { n } => {
+                let r = c2r_last(&data, &shape, n);
+                shape[last] = n;
+                real = Some(r);
+            }
+        }
+    }
+    let scale = phase.scale.map(|s| T::from_f64(s).expect("a float"));
+    match real {
+        Some(mut r) => {
+            if let Some(s) = scale {
+                r.par_iter_mut().for_each(|x| *x = *x * s);
+            }
+            write(&r, output);
+        }
+        None => {
+            if let Some(s) = scale {
+                data.par_iter_mut().for_each(|x| *x = *x * s);
+            }
+            write(&data, output);
+        }
+    }
+}
+
+/// FFTs along `axis` of a C-order array.
+fn c2c_axis<T: FftNum + Default>(
+    data: &mut [Complex<T>],
+    shape: &[usize],
+    axis: usize,
+    inverse: bool,
+) {
+    let n = shape[axis];
+    if n <= 1 || data.is_empty() {
+        return;
+    }
+    let inner: usize = shape[axis + 1..].iter().product();
+    let direction = if inverse {
+        FftDirection::Inverse
+    } else {
+        FftDirection::Forward
+    };
+    let fft = FftPlanner::<T>::new().plan_fft(n, direction);
+    if inner == 1 {
+        data.par_chunks_mut(n * 64).for_each(|lines| {
+            let mut scratch = vec![Complex::default(); fft.get_inplace_scratch_len()];
+            fft.process_with_scratch(lines, &mut scratch);
+        });
+        return;
+    }
+    // Lines of stride `inner`: per block of `n * inner`, gather a few columns, transform, scatter.
+    const COLS: usize = 16;
+    data.par_chunks_mut(n * inner).for_each(|block| {
+        let mut lines = vec![Complex::default(); n * COLS];
+        let mut scratch = vec![Complex::default(); fft.get_inplace_scratch_len()];
+        for c0 in (0..inner).step_by(COLS) {
+            let cols = COLS.min(inner - c0);
+            for i in 0..n {
+                for c in 0..cols {
+                    lines[c * n + i] = block[i * inner + c0 + c];
+                }
+            }
+            fft.process_with_scratch(&mut lines[..cols * n], &mut scratch);
+            for i in 0..n {
+                for c in 0..cols {
+                    block[i * inner + c0 + c] = lines[c * n + i];
+                }
+            }
+        }
+    });
+}
+
+fn r2c_last<T: FftNum + Default>(real: &[T], shape: &[usize]) -> Vec<Complex<T>> {
+    let n = *shape.last().expect("an axis");
+    let m = n / 2 + 1;
+    let lines = real.len() / n.max(1);
+    let mut out = vec![Complex::default(); lines * m];
+    let fft = RealFftPlanner::<T>::new().plan_fft_forward(n);
+    out.par_chunks_mut(m)
+        .zip(real.par_chunks(n))
+        .for_each(|(o, r)| {
+            let mut input = r.to_vec();
+            // Only buffer lengths can fail, and they are right by construction.
+            let _ = fft.process(&mut input, o);
+        });
+    out
+}
+
+fn c2r_last<T: FftNum + Default>(data: &[Complex<T>], shape: &[usize], n: usize) -> Vec<T> {
+    let m = *shape.last().expect("an axis");
+    let lines = data.len() / m.max(1);
+    let mut out = vec![T::default(); lines * n];
+    let fft = RealFftPlanner::<T>::new().plan_fft_inverse(n);
+    out.par_chunks_mut(n)
+        .zip(data.par_chunks(m))
+        .for_each(|(o, c)| {
+            let mut input = c.to_vec();
+            // Like numpy's irfft, the imaginary parts of the first (and, for even n, last) bins are
+            // ignored: realfft reports them but still transforms.
+            input[0].im = T::zero();
+            if n.is_multiple_of(2) {
+                input[m - 1].im = T::zero();
+            }
+            let _ = fft.process(&mut input, o);
+        });
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dft2(x: &[Complex<f64>], rows: usize, cols: usize) -> Vec<Complex<f64>> {
+        let mut out = vec![Complex::default(); rows * cols];
+        for k0 in 0..rows {
+            for k1 in 0..cols {
+                let mut s = Complex::default();
+                for n0 in 0..rows {
+                    for n1 in 0..cols {
+                        let ph = -2.0
+                            * std::f64::consts::PI
+                            * ((k0 * n0) as f64 / rows as f64 + (k1 * n1) as f64 / cols as f64);
+                        s += x[n0 * cols + n1] * Complex::from_polar(1.0, ph);
+                    }
+                }
+                out[k0 * cols + k1] = s;
+            }
+        }
+        out
+    }
+
+    fn bytes(x: &[Complex<f64>]) -> Vec<u8> {
+        let mut out = vec![0u8; x.len() * 16];
+        write(x, &mut out);
+        out
+    }
+
+    #[test]
+    fn both_axes_of_a_2d_array_match_a_naive_dft() {
+        let (r, c) = (5, 7);
+        let x: Vec<Complex<f64>> = (0..r * c)
+            .map(|i| Complex::new((i % 5) as f64 - 2.0, (i % 3) as f64))
+            .collect();
+        let phase = Phase {
+            shape: vec![r, c],
+            ops: vec![
+                AxisOp::C2c {
+                    axis: 1,
+                    inverse: false,
+                },
+                AxisOp::C2c {
+                    axis: 0,
+                    inverse: false,
+                },
+            ],
+            scale: None,
+        };
+        let mut out = vec![0u8; r * c * 16];
+        run_phase::<f64>(&phase, &bytes(&x), &mut out);
+        let got: Vec<Complex<f64>> = read(&out);
+        for (g, w) in got.iter().zip(dft2(&x, r, c)) {
+            assert!((g - w).norm() < 1e-9, "{g} vs {w}");
+        }
+    }
+
+    #[test]
+    fn r2c_then_c2r_round_trips_odd_lengths() {
+        let (r, n) = (3, 9);
+        let x: Vec<f64> = (0..r * n).map(|i| ((i * 7) % 11) as f64).collect();
+        let mut xb = vec![0u8; x.len() * 8];
+        write(&x, &mut xb);
+        let fwd = Phase {
+            shape: vec![r, n],
+            ops: vec![AxisOp::R2c],
+            scale: None,
+        };
+        let mut spec = vec![0u8; r * (n / 2 + 1) * 16];
+        run_phase::<f64>(&fwd, &xb, &mut spec);
+        let inv = Phase {
+            shape: vec![r, n / 2 + 1],
+            ops: vec![AxisOp::C2r { n }],
+            scale: Some(1.0 / n as f64),
+        };
+        assert_eq!(inv.out_shape(), [r, n]);
+        let mut back = vec![0u8; x.len() * 8];
+        run_phase::<f64>(&inv, &spec, &mut back);
+        let got: Vec<f64> = read(&back);
+        for (g, w) in got.iter().zip(&x) {
+            assert!((g - w).abs() < 1e-9);
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! Distributed 2-D and 3-D FFTs over all axes, written once over the backend, as slab
+//! decompositions: the input moves (if needed) to a working slab in C order; the axes that slab
+//! holds whole are transformed locally; one all-to-all (the exchange machinery, uneven splits
+//! included) transposes to the complementary slab; the remaining axis is transformed; the result
+//! moves to the output's distribution and layout (the input's slab with `reshape = true`, boxes
+//! for pencils). r2c transforms the last axis first, c2r last, so that it is whole when they run.
+
+pub mod check;
+pub mod local;
+
+use super::step::{Movement, Staged, local_bytes};
+use crate::backend::Backend;
+use crate::dist::Placement;
+use crate::plan::TensorState;
+use crate::spec::step::{Fft, FftDirection, FftKind, FftNorm};
+use crate::spec::tensor::{Axis, DType, Distribution, Layout};
+use anyhow::Result;
+use local::{AxisOp, Phase};
+
+/// The slab an FFT works from: 2-D r2c must hold its last axis whole first (x-slabs) and 2-D c2r
+/// last (so it starts in y-slabs); otherwise the input's own slab, or x-slabs for boxes.
+pub fn working_slab(kind: FftKind, ndim: usize, input: &Distribution) -> usize {
+    match (kind, ndim, input) {
+        (FftKind::R2c, 2, _) => 0,
+        (FftKind::C2r, 2, _) => 1,
+        (_, _, Distribution::Slab(a)) if a.index() < 2 => a.index(),
+        _ => 0,
+    }
+}
+
+/// The scale an FFT's norm applies in its direction, over `n` points.
+pub fn scale(norm: FftNorm, direction: FftDirection, n: f64) -> f64 {
+    match (norm, direction) {
+        (FftNorm::None, _)
+        | (FftNorm::Backward, FftDirection::Forward)
+        | (FftNorm::Forward, FftDirection::Inverse) => 1.0,
+        (FftNorm::Ortho, _) => 1.0 / n.sqrt(),
+        _ => 1.0 / n,
+    }
+}
+
+fn slab(axis: usize) -> Distribution {
+    Distribution::Slab(Axis::Index(axis as u8))
+}
+
+/// An FFT step ready to run.
+pub struct PreparedFft<B: Backend> {
+    precision: DType,
+    to_work: Option<Staged<B>>,
+    phase1: Phase,
+    after1: B::Buf,
+    transpose: Staged<B>,
+    phase2: Phase,
+    after2: B::Buf,
+    to_out: Option<Staged<B>>,
+}
+
+impl<B: Backend> PreparedFft<B> {
+    /// Prepares an FFT from its input's state to its result's.
+    pub fn new(b: &B, step: &Fft, input: &TensorState, out: &TensorState) -> Result<Self> {
+        let (ranks, rank) = (b.ranks() as u64, b.rank() as u64);
+        let nd = input.shape.len();
+        let last = nd - 1;
+        let s0 = working_slab(step.kind, nd, &input.dist);
+        let s1 = 1 - s0;
+        let inverse = step.direction == FftDirection::Inverse;
+        let precision = match input.dtype {
+            DType::F32 | DType::C64 => DType::C64,
+            _ => DType::C128,
+        };
+        // The shapes: real input, complex middle, and the result.
+        let complex_shape: Vec<u64> = match step.kind {
+            FftKind::R2c => out.shape.clone(),
+            _ => input.shape.clone(),
+        };
+        let work_in = TensorState {
+            dist: slab(s0),
+            layout: Layout::C,
+            ..input.clone()
+        };
+        let to_work = if work_in == *input {
+            None
+        } else {
+            let m = Movement::new(input, &work_in, ranks, rank);
+            Some(Staged::new(b, m, local_bytes(&work_in, ranks, rank))?)
+        };
+        let local_shape = |state: &TensorState| -> Vec<usize> {
+            Placement::new(&state.dist, &state.shape, ranks)
+                .local_shape(rank)
+                .unwrap_or_default()
+                .iter()
+                .map(|&n| n as usize)
+                .collect()
+        };
+        // Phase 1: every axis the working slab holds whole (r2c's last first, c2r's last held back).
+        let mut ops1 = Vec::new();
+        if step.kind == FftKind::R2c {
+            ops1.push(AxisOp::R2c);
+        }
+        for axis in (0..nd).rev().filter(|&a| a != s0) {
+            if axis == last && step.kind != FftKind::C2c {
+                continue;
+            }
+            ops1.push(AxisOp::C2c { axis, inverse });
+        }
+        let phase1 = Phase {
+            shape: local_shape(&work_in),
+            ops: ops1,
+            scale: None,
+        };
+        let middle = TensorState {
+            shape: complex_shape.clone(),
+            dtype: precision,
+            layout: Layout::C,
+            dist: slab(s0),
+        };
+        let after1 = b.zeros(local_bytes(&middle, ranks, rank))?;
+        let transposed = TensorState {
+            dist: slab(s1),
+            ..middle.clone()
+        };
+        let transpose = Staged::new(
+            b,
+            Movement::new(&middle, &transposed, ranks, rank),
+            local_bytes(&transposed, ranks, rank),
+        )?;
+        // Phase 2: the axis the first slab split, then c2r's last axis; the norm's scale.
+        let mut ops2 = Vec::new();
+        if !(step.kind == FftKind::C2r && s0 == last) {
+            ops2.push(AxisOp::C2c { axis: s0, inverse });
+        }
+        if step.kind == FftKind::C2r {
+            ops2.push(AxisOp::C2r {
+                n: out.shape[last] as usize,
+            });
+        }
+        let real_shape = if step.kind == FftKind::C2r {
+            &out.shape
+        } else {
+            &input.shape
+        };
+        let n: f64 = real_shape.iter().map(|&x| x as f64).product();
+        let s = scale(step.norm, step.direction, n);
+        let phase2 = Phase {
+            shape: local_shape(&transposed),
+            ops: ops2,
+            scale: (s != 1.0).then_some(s),
+        };
+        let natural = TensorState {
+            dist: slab(s1),
+            layout: Layout::C,
+            ..out.clone()
+        };
+        let after2 = b.zeros(local_bytes(&natural, ranks, rank))?;
+        let to_out = if natural == *out {
+            None
+        } else {
+            let m = Movement::new(&natural, out, ranks, rank);
+            Some(Staged::new(b, m, local_bytes(out, ranks, rank))?)
+        };
+        Ok(PreparedFft {
+            precision,
+            to_work,
+            phase1,
+            after1,
+            transpose,
+            phase2,
+            after2,
+            to_out,
+        })
+    }
+
+    /// Runs the FFT once on `input`.
+    pub fn run(&mut self, b: &B, input: &B::Buf) -> Result<()> {
+        let work = match &mut self.to_work {
+            Some(staged) => staged.run(b, input)?,
+            None => input,
+        };
+        b.fft(self.precision, &self.phase1, work, &mut self.after1)?;
+        let moved = self.transpose.run(b, &self.after1)?;
+        b.fft(self.precision, &self.phase2, moved, &mut self.after2)?;
+        if let Some(staged) = &mut self.to_out {
+            staged.run(b, &self.after2)?;
+        }
+        Ok(())
+    }
+
+    /// The result of the last run.
+    pub fn into_output(self) -> B::Buf {
+        match self.to_out {
+            Some(staged) => staged.out,
+            None => self.after2,
+        }
+    }
+}

@@ -1,0 +1,382 @@
+//! Distributed FFT under mpiexec at 1-4 ranks: c2c, r2c and c2r, single and double precision,
+//! every norm and direction, slabs along x and y, boxes (pencils), reshape on and off, in place
+//! and out of place, at odd sizes with uneven splits, each result compared with a direct DFT
+//! computed here (separably, axis by axis) from values this test writes as .npy files.
+
+mod common;
+use common::*;
+use distrun::spec::tensor::{DType, Layout};
+use std::path::Path;
+use std::time::Duration;
+
+type C = (f64, f64);
+
+fn values(seed: u64, n: usize, complex: bool) -> Vec<C> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        ((s >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
+    };
+    (0..n)
+        .map(|_| (next(), if complex { next() } else { 0.0 }))
+        .collect()
+}
+
+fn write(dir: &Path, name: &str, dtype: DType, shape: &[u64], v: &[C]) {
+    let bytes: Vec<u8> = v
+        .iter()
+        .flat_map(|&(re, im)| match dtype {
+            DType::F64 => re.to_le_bytes().to_vec(),
+            DType::F32 => (re as f32).to_le_bytes().to_vec(),
+            DType::C64 => [(re as f32).to_le_bytes(), (im as f32).to_le_bytes()].concat(),
+            _ => [re.to_le_bytes(), im.to_le_bytes()].concat(),
+        })
+        .collect();
+    distrun::output::npy::write_npy(
+        &dir.join(format!("{name}.npy")),
+        dtype,
+        shape,
+        Layout::C,
+        &bytes,
+    )
+    .unwrap();
+}
+
+/// A direct DFT along one axis of a C-order array (sign -1 forward, +1 inverse), unscaled.
+fn dft_axis(x: &[C], shape: &[usize], axis: usize, sign: f64) -> Vec<C> {
+    let n = shape[axis];
+    let inner: usize = shape[axis + 1..].iter().product();
+    let outer: usize = shape[..axis].iter().product();
+    let mut out = vec![(0.0, 0.0); x.len()];
+    for o in 0..outer {
+        for i in 0..inner {
+            for k in 0..n {
+                let mut s = (0.0, 0.0);
+                for j in 0..n {
+                    let ph = sign * 2.0 * std::f64::consts::PI * ((k * j) % n) as f64 / n as f64;
+                    let v = x[(o * n + j) * inner + i];
+                    s.0 += v.0 * ph.cos() - v.1 * ph.sin();
+                    s.1 += v.0 * ph.sin() + v.1 * ph.cos();
+                }
+                out[(o * n + k) * inner + i] = s;
+            }
+        }
+    }
+    out
+}
+
+fn dft_all(x: &[C], shape: &[usize], sign: f64) -> Vec<C> {
+    (0..shape.len()).fold(x.to_vec(), |acc, a| dft_axis(&acc, shape, a, sign))
+}
+
+fn norm_scale(norm: &str, inverse: bool, n: f64) -> f64 {
+    match (norm, inverse) {
+        ("none", _) | ("backward", false) | ("forward", true) => 1.0,
+        ("ortho", _) => 1.0 / n.sqrt(),
+        _ => 1.0 / n,
+    }
+}
+
+struct Case {
+    kind: &'static str,
+    dtype: DType,
+    shape: Vec<u64>,
+    /// The result's real last axis (c2r).
+    out_last: Option<u64>,
+    input_dist: String,
+    out_dist: Option<String>,
+    inverse: bool,
+    norm: &'static str,
+    reshape: bool,
+    in_place: bool,
+}
+
+fn boxes_along(shape: &[u64], axis: usize, p: usize) -> String {
+    let mut lo = 0;
+    let mut out = Vec::new();
+    for r in 0..p {
+        let hi = if r + 1 == p {
+            shape[axis]
+        } else {
+            (lo + shape[axis] / p as u64 + (r as u64 % 2)).min(shape[axis])
+        };
+        let lower: Vec<u64> = (0..shape.len())
+            .map(|a| if a == axis { lo } else { 0 })
+            .collect();
+        let upper: Vec<u64> = (0..shape.len())
+            .map(|a| if a == axis { hi } else { shape[a] })
+            .collect();
+        out.push(format!("[{lower:?}, {upper:?}]"));
+        lo = hi;
+    }
+    format!("{{ boxes = [{}] }}", out.join(", "))
+}
+
+fn cases(p: usize) -> Vec<Case> {
+    let s3 = vec![30u64, 27, 33];
+    let s2 = vec![30u64, 27];
+    let base = |kind, dtype, shape: &Vec<u64>, dist: &str| Case {
+        kind,
+        dtype,
+        shape: shape.clone(),
+        out_last: None,
+        input_dist: dist.to_string(),
+        out_dist: None,
+        inverse: false,
+        norm: "backward",
+        reshape: true,
+        in_place: false,
+    };
+    let mut all = Vec::new();
+    for (norm, inverse, reshape) in [
+        ("backward", false, false),
+        ("ortho", false, true),
+        ("forward", true, false),
+        ("none", true, true),
+    ] {
+        let mut c = base("c2c", DType::C128, &s3, "{ slab = 0 }");
+        c.norm = norm;
+        c.inverse = inverse;
+        c.reshape = reshape;
+        all.push(c);
+    }
+    all.push(base("c2c", DType::C64, &s3, "{ slab = \"y\" }"));
+    let mut c = base("c2c", DType::C64, &s2, "{ slab = 1 }");
+    c.in_place = true;
+    all.push(c);
+    for (dtype, dist, reshape) in [
+        (DType::F64, "{ slab = 0 }", false),
+        (DType::F32, "{ slab = 1 }", true),
+    ] {
+        let mut c = base("r2c", dtype, &s3, dist);
+        c.reshape = reshape;
+        all.push(c);
+    }
+    let mut c = base("r2c", DType::F64, &s2, "{ slab = 0 }");
+    c.reshape = false;
+    all.push(c);
+    // c2r to odd and even real lengths, 3-D and 2-D.
+    for (shape, last, dist) in [
+        (vec![30u64, 27, 17], 33u64, "{ slab = 1 }"),
+        (vec![30u64, 14], 27, "{ slab = 1 }"),
+        (vec![30u64, 14], 26, "{ slab = 0 }"),
+    ] {
+        let mut c = base("c2r", DType::C128, &shape, dist);
+        c.inverse = true;
+        c.out_last = Some(last);
+        c.reshape = false;
+        all.push(c);
+    }
+    // Pencils: boxes in, other boxes out.
+    let mut c = base("c2c", DType::C128, &s3, &boxes_along(&s3, 1, p));
+    c.out_dist = Some(boxes_along(&s3, 2, p));
+    all.push(c);
+    all
+}
+
+fn write_spec(dir: &Path, cases: &[Case]) -> std::path::PathBuf {
+    let mut s = String::from("[job]\nname = \"fft\"\n");
+    let mut outs = Vec::new();
+    for (i, c) in cases.iter().enumerate() {
+        let n: u64 = c.shape.iter().product();
+        let complex = c.dtype.is_complex();
+        write(
+            dir,
+            &format!("x{i}"),
+            c.dtype,
+            &c.shape,
+            &values(i as u64 + 1, n as usize, complex),
+        );
+        s += &format!(
+            "[tensors.x{i}]\nshape = {:?}\ndtype = \"{}\"\ndistribution = {}\ninit = {{ npy = \"x{i}.npy\" }}\n",
+            c.shape,
+            c.dtype.name(),
+            c.input_dist
+        );
+        let out_dtype = match (c.kind, c.dtype) {
+            ("r2c", DType::F32) => "c64",
+            ("r2c", _) => "c128",
+            ("c2r", DType::C64) => "f32",
+            ("c2r", _) => "f64",
+            (_, d) => d.name(),
+        };
+        let mut out_shape = c.shape.clone();
+        let last = out_shape.len() - 1;
+        if c.kind == "r2c" {
+            out_shape[last] = out_shape[last] / 2 + 1;
+        }
+        if let Some(l) = c.out_last {
+            out_shape[last] = l;
+        }
+        let out_name = if c.in_place {
+            format!("x{i}")
+        } else {
+            format!("y{i}")
+        };
+        if !c.in_place && (c.out_dist.is_some() || c.out_last.is_some()) {
+            s += &format!("[tensors.y{i}]\nshape = {out_shape:?}\ndtype = \"{out_dtype}\"\n");
+            if let Some(d) = &c.out_dist {
+                s += &format!("distribution = {d}\n");
+            }
+        }
+        s += &format!(
+            "[[steps]]\nop = \"fft\"\ninput = \"x{i}\"\nkind = \"{}\"\ndirection = \"{}\"\nnorm = \"{}\"\nreshape = {}\ncheck = true\n",
+            c.kind,
+            if c.inverse { "inverse" } else { "forward" },
+            c.norm,
+            c.reshape
+        );
+        if !c.in_place {
+            s += &format!("out = \"y{i}\"\n");
+        }
+        outs.push(format!("\"{out_name}\""));
+    }
+    s += &format!("[output]\ngather = true\ntensors = [{}]\n", outs.join(", "));
+    let path = dir.join("fft.toml");
+    std::fs::write(&path, s).unwrap();
+    path
+}
+
+/// The direct DFT of case i, from the values the test wrote.
+fn reference(i: usize, c: &Case) -> Vec<C> {
+    let shape: Vec<usize> = c.shape.iter().map(|&x| x as usize).collect();
+    let n_in: usize = shape.iter().product();
+    let round = |v: C| {
+        if c.dtype == DType::F32 || c.dtype == DType::C64 {
+            (v.0 as f32 as f64, v.1 as f32 as f64)
+        } else {
+            v
+        }
+    };
+    let x: Vec<C> = values(i as u64 + 1, n_in, c.dtype.is_complex())
+        .into_iter()
+        .map(round)
+        .collect();
+    let last = shape.len() - 1;
+    match c.kind {
+        "c2c" => {
+            let s = norm_scale(c.norm, c.inverse, n_in as f64);
+            dft_all(&x, &shape, if c.inverse { 1.0 } else { -1.0 })
+                .into_iter()
+                .map(|v| (v.0 * s, v.1 * s))
+                .collect()
+        }
+        "r2c" => {
+            let full = dft_all(&x, &shape, -1.0);
+            let s = norm_scale(c.norm, false, n_in as f64);
+            let m = shape[last] / 2 + 1;
+            full.chunks(shape[last])
+                .flat_map(|line| line[..m].to_vec())
+                .map(|v| (v.0 * s, v.1 * s))
+                .collect()
+        }
+        _ => {
+            // Rebuild the full Hermitian spectrum from the half one, then invert.
+            let n = c.out_last.unwrap() as usize;
+            let m = shape[last];
+            let mut full_shape = shape.clone();
+            full_shape[last] = n;
+            let total: usize = full_shape.iter().product();
+            let lead: Vec<usize> = full_shape[..last].to_vec();
+            let full: Vec<C> = (0..total)
+                .map(|idx| {
+                    let k = idx % n;
+                    let head = idx / n;
+                    let v = if k < m {
+                        x[head * m + k]
+                    } else {
+                        // conj(X[-k0, -k1, n-k])
+                        let mut rest = head;
+                        let mut mirror = 0;
+                        let mut stride = 1;
+                        for a in (0..lead.len()).rev() {
+                            let ka = rest % lead[a];
+                            rest /= lead[a];
+                            mirror += ((lead[a] - ka) % lead[a]) * stride;
+                            stride *= lead[a];
+                        }
+                        let t = x[mirror * m + (n - k)];
+                        (t.0, -t.1)
+                    };
+                    v
+                })
+                .collect();
+            let s = norm_scale(c.norm, true, total as f64);
+            // The real part: what a real signal keeps (numpy's irfftn does the same).
+            dft_all(&full, &full_shape, 1.0)
+                .into_iter()
+                .map(|v| (v.0 * s, 0.0))
+                .collect()
+        }
+    }
+}
+
+#[test]
+fn every_kind_precision_norm_and_distribution_at_1_to_4_ranks() {
+    for p in 1..=4usize {
+        let dir = temp_dir(&format!("fft{p}"));
+        let cases = cases(p);
+        let spec = write_spec(&dir, &cases);
+        let out = dir.join("run");
+        let ran = mpirun(
+            p,
+            &[
+                "run",
+                spec.to_str().unwrap(),
+                "--out",
+                out.to_str().unwrap(),
+                "-q",
+            ],
+            &[],
+            Duration::from_secs(300),
+        );
+        assert_eq!(ran.code, 0, "{p} ranks:\n{}", ran.stderr);
+        let m = manifest(&out);
+        for (i, c) in cases.iter().enumerate() {
+            assert_eq!(
+                m["steps"][i]["check"]["passed"], true,
+                "{p} ranks, case {i}: {}",
+                m["steps"][i]
+            );
+            let name = if c.in_place {
+                format!("x{i}")
+            } else {
+                format!("y{i}")
+            };
+            let (_, got) = read_npy_complex(&out.join(format!("{name}.npy")));
+            let want = reference(i, c);
+            assert_eq!(got.len(), want.len(), "case {i}");
+            let scale = want.iter().map(|v| v.0.hypot(v.1)).fold(0.0, f64::max);
+            let single = matches!(c.dtype, DType::F32 | DType::C64);
+            let tol = if single { 2e-5 } else { 1e-10 } * scale.max(1.0);
+            for (e, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (g.0 - w.0).hypot(g.1 - w.1) <= tol,
+                    "{p} ranks, case {i} ({}), element {e}: {g:?} vs {w:?}",
+                    c.kind
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_corrupted_transform_fails_its_check() {
+    let out = temp_dir("fftcorrupt").join("run");
+    let ran = mpirun(
+        2,
+        &[
+            "run",
+            "specs/fft3d.toml",
+            "--out",
+            out.to_str().unwrap(),
+            "-q",
+        ],
+        &[("DISTRUN_CORRUPT_STEP", "0")],
+        Duration::from_secs(120),
+    );
+    assert_eq!(ran.code, 3, "{}", ran.stderr);
+    assert_eq!(manifest(&out)["steps"][0]["check"]["passed"], false);
+}
