@@ -284,7 +284,7 @@ fn reference(i: usize, c: &Case) -> Vec<C> {
                 .map(|idx| {
                     let k = idx % n;
                     let head = idx / n;
-                    let v = if k < m {
+                    if k < m {
                         x[head * m + k]
                     } else {
                         // conj(X[-k0, -k1, n-k])
@@ -299,8 +299,7 @@ fn reference(i: usize, c: &Case) -> Vec<C> {
                         }
                         let t = x[mirror * m + (n - k)];
                         (t.0, -t.1)
-                    };
-                    v
+                    }
                 })
                 .collect();
             let s = norm_scale(c.norm, true, total as f64);
