@@ -5,7 +5,7 @@
 
 mod common;
 use common::*;
-use distrun::spec::tensor::{DType, Layout};
+use distrun::spec::tensor::DType;
 use std::path::Path;
 use std::time::Duration;
 
@@ -22,26 +22,6 @@ fn values(seed: u64, n: usize, complex: bool) -> Vec<C> {
     (0..n)
         .map(|_| (next(), if complex { next() } else { 0.0 }))
         .collect()
-}
-
-fn write(dir: &Path, name: &str, dtype: DType, shape: &[u64], v: &[C]) {
-    let bytes: Vec<u8> = v
-        .iter()
-        .flat_map(|&(re, im)| match dtype {
-            DType::F64 => re.to_le_bytes().to_vec(),
-            DType::F32 => (re as f32).to_le_bytes().to_vec(),
-            DType::C64 => [(re as f32).to_le_bytes(), (im as f32).to_le_bytes()].concat(),
-            _ => [re.to_le_bytes(), im.to_le_bytes()].concat(),
-        })
-        .collect();
-    distrun::output::npy::write_npy(
-        &dir.join(format!("{name}.npy")),
-        dtype,
-        shape,
-        Layout::C,
-        &bytes,
-    )
-    .unwrap();
 }
 
 /// A direct DFT along one axis of a C-order array (sign -1 forward, +1 inverse), unscaled.
@@ -182,7 +162,7 @@ fn write_spec(dir: &Path, cases: &[Case]) -> std::path::PathBuf {
     for (i, c) in cases.iter().enumerate() {
         let n: u64 = c.shape.iter().product();
         let complex = c.dtype.is_complex();
-        write(
+        write_values(
             dir,
             &format!("x{i}"),
             c.dtype,
@@ -319,20 +299,7 @@ fn every_kind_precision_norm_and_distribution_at_1_to_4_ranks() {
         let cases = cases(p);
         let spec = write_spec(&dir, &cases);
         let out = dir.join("run");
-        let ran = mpirun(
-            p,
-            &[
-                "run",
-                spec.to_str().unwrap(),
-                "--out",
-                out.to_str().unwrap(),
-                "-q",
-            ],
-            &[],
-            Duration::from_secs(300),
-        );
-        assert_eq!(ran.code, 0, "{p} ranks:\n{}", ran.stderr);
-        let m = manifest(&out);
+        let m = run_ok(p, &spec, &out, &[]);
         for (i, c) in cases.iter().enumerate() {
             assert_eq!(
                 m["steps"][i]["check"]["passed"], true,

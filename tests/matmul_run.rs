@@ -4,7 +4,7 @@
 
 mod common;
 use common::*;
-use distrun::spec::tensor::{DType, Layout};
+use distrun::spec::tensor::DType;
 use std::path::Path;
 use std::time::Duration;
 
@@ -24,30 +24,6 @@ fn values(seed: u64, n: usize, complex: bool) -> Vec<(f64, f64)> {
     (0..n)
         .map(|_| (next(), if complex { next() } else { 0.0 }))
         .collect()
-}
-
-/// Writes a C-order .npy of `rows x cols` values in `dtype`.
-fn write(dir: &Path, name: &str, dtype: DType, shape: &[u64], v: &[(f64, f64)]) {
-    let bytes: Vec<u8> = v
-        .iter()
-        .flat_map(|&(re, im)| match dtype {
-            DType::F64 => re.to_le_bytes().to_vec(),
-            DType::F32 => (re as f32).to_le_bytes().to_vec(),
-            DType::F16 => half::f16::from_f64(re).to_le_bytes().to_vec(),
-            DType::Bf16 => half::bf16::from_f64(re).to_le_bytes().to_vec(),
-            DType::C64 => [(re as f32).to_le_bytes(), (im as f32).to_le_bytes()].concat(),
-            DType::C128 => [re.to_le_bytes(), im.to_le_bytes()].concat(),
-            other => panic!("{other}"),
-        })
-        .collect();
-    distrun::output::npy::write_npy(
-        &dir.join(format!("{name}.npy")),
-        dtype,
-        shape,
-        Layout::C,
-        &bytes,
-    )
-    .unwrap();
 }
 
 /// One matmul case.
@@ -182,14 +158,14 @@ fn write_spec(dir: &Path, cases: &[Case]) -> std::path::PathBuf {
         } else {
             [K as u64, N as u64]
         };
-        write(
+        write_values(
             dir,
             &format!("a{i}"),
             c.dtype,
             &a_shape,
             &values(3 * i as u64 + 1, M * K, complex),
         );
-        write(
+        write_values(
             dir,
             &format!("b{i}"),
             c.dtype,
@@ -210,7 +186,7 @@ fn write_spec(dir: &Path, cases: &[Case]) -> std::path::PathBuf {
             c.alpha, c.transpose.0, c.transpose.1, c.conjugate.0, c.conjugate.1, c.algorithm
         );
         if let Some((beta, dist)) = c.beta_c {
-            write(
+            write_values(
                 dir,
                 &format!("c{i}"),
                 c.dtype,
@@ -225,7 +201,7 @@ fn write_spec(dir: &Path, cases: &[Case]) -> std::path::PathBuf {
         if let Some(e) = c.epilog {
             step += &format!("epilog = \"{e}\"\n");
             if e.contains("bias") {
-                write(
+                write_values(
                     dir,
                     &format!("bias{i}"),
                     c.dtype,
@@ -335,20 +311,7 @@ fn every_algorithm_distribution_and_dtype_at_1_to_4_ranks() {
         let dir = temp_dir(&format!("matmul{p}"));
         let spec = write_spec(&dir, &cases);
         let out = dir.join("run");
-        let ran = mpirun(
-            p,
-            &[
-                "run",
-                spec.to_str().unwrap(),
-                "--out",
-                out.to_str().unwrap(),
-                "-q",
-            ],
-            &[],
-            Duration::from_secs(300),
-        );
-        assert_eq!(ran.code, 0, "{p} ranks:\n{}", ran.stderr);
-        let m = manifest(&out);
+        let m = run_ok(p, &spec, &out, &[]);
         for (i, c) in cases.iter().enumerate() {
             let step = &m["steps"][i];
             assert_eq!(step["check"]["passed"], true, "{p} ranks, case {i}: {step}");

@@ -195,3 +195,59 @@ pub fn read_npy_complex(path: &Path) -> (Vec<u64>, Vec<(f64, f64)>) {
     let data = &bytes[bytes.len() - n * size..];
     (shape, data.chunks_exact(size).map(decode).collect())
 }
+
+/// Runs a spec under mpiexec at `p` ranks into `out`, asserts it exited 0, and returns its manifest.
+pub fn run_ok(p: usize, spec: &Path, out: &Path, env: &[(&str, &str)]) -> serde_json::Value {
+    let ran = mpirun(
+        p,
+        &[
+            "run",
+            spec.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "-q",
+        ],
+        env,
+        std::time::Duration::from_secs(300),
+    );
+    assert_eq!(
+        ran.code,
+        0,
+        "{} at {p} ranks:\n{}",
+        spec.display(),
+        ran.stderr
+    );
+    manifest(out)
+}
+
+/// Writes a C-order .npy of (re, im) values in `dtype` (real dtypes keep the real parts).
+pub fn write_values(
+    dir: &Path,
+    name: &str,
+    dtype: distrun::spec::tensor::DType,
+    shape: &[u64],
+    v: &[(f64, f64)],
+) {
+    use distrun::spec::tensor::DType;
+    let bytes: Vec<u8> = v
+        .iter()
+        .flat_map(|&(re, im)| match dtype {
+            DType::F64 => re.to_le_bytes().to_vec(),
+            DType::F32 => (re as f32).to_le_bytes().to_vec(),
+            DType::F16 => half::f16::from_f64(re).to_le_bytes().to_vec(),
+            DType::Bf16 => half::bf16::from_f64(re).to_le_bytes().to_vec(),
+            DType::C64 => [(re as f32).to_le_bytes(), (im as f32).to_le_bytes()].concat(),
+            DType::C128 => [re.to_le_bytes(), im.to_le_bytes()].concat(),
+            other => panic!("write_values: {other}"),
+        })
+        .collect();
+    let path = dir.join(format!("{name}.npy"));
+    distrun::output::npy::write_npy(
+        &path,
+        dtype,
+        shape,
+        distrun::spec::tensor::Layout::C,
+        &bytes,
+    )
+    .unwrap();
+}
