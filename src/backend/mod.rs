@@ -2,6 +2,7 @@
 //! once against [`Backend`]; `cpu` implements it with host memory, rayon and MPI.
 
 pub mod cpu;
+pub mod cuda;
 
 use crate::ops::exchange::Run;
 use crate::ops::fft::local::Phase;

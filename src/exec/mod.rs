@@ -7,6 +7,7 @@ mod write;
 
 use crate::backend::Backend;
 use crate::backend::cpu::Cpu;
+use crate::backend::cuda::{self, Cuda};
 use crate::ops::fft::{self, PreparedFft};
 use crate::ops::matmul::{PreparedMatmul, freivalds};
 use crate::ops::step::Prepared;
@@ -65,26 +66,93 @@ pub struct Outcome<B: Backend> {
 /// Runs a validated, planned spec on this rank and writes its run directory. Returns whether
 /// every check passed.
 pub fn run(loaded: &Loaded, plan: &Plan, ctx: &Context, opts: &Options) -> Result<bool> {
-    let backend = Cpu::new(ctx.comm.as_ref());
+    if device(loaded, ctx)? == Device::Cuda {
+        let backend = Cuda::new(
+            ctx.comm.as_ref(),
+            &ctx.host,
+            &loaded.spec.runtime.device_map,
+        )?;
+        run_on(&backend, loaded, plan, ctx, opts)
+    } else {
+        run_on(&Cpu::new(ctx.comm.as_ref()), loaded, plan, ctx, opts)
+    }
+}
+
+fn run_on<B: Backend>(
+    b: &B,
+    loaded: &Loaded,
+    plan: &Plan,
+    ctx: &Context,
+    opts: &Options,
+) -> Result<bool> {
     let progress = Progress::new(
         ctx.rank() == 0 && !opts.quiet,
         opts.verbose,
         loaded.spec.steps.len(),
     );
-    let outcome = execute(&backend, loaded, plan, &progress)?;
+    let outcome = execute(b, loaded, plan, &progress)?;
     let passed = outcome
         .steps
         .iter()
         .all(|s| s.check.is_none_or(|c| c.passed));
-    write::write(&backend, loaded, plan, ctx, opts, outcome, &progress)?;
+    write::write(b, loaded, plan, ctx, opts, outcome, &progress)?;
     Ok(passed)
 }
 
-/// What stops a spec before any rank starts: a device whose backend is not built yet.
+/// Steps the GPU backend does not run yet.
+fn gpu_unbuilt(loaded: &Loaded) -> Vec<String> {
+    loaded
+        .spec
+        .steps
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| matches!(s, Step::Matmul(_) | Step::Fft(_)))
+        .map(|(i, s)| format!("steps[{i}] ({})", s.op()))
+        .collect()
+}
+
+/// The device every rank runs on: `auto` takes the GPU when its libraries load, a GPU is visible
+/// and every step runs there; rank 0 decides for all.
+fn device(loaded: &Loaded, ctx: &Context) -> Result<Device> {
+    let mine = match loaded.spec.runtime.device {
+        Device::Auto if gpu_unbuilt(loaded).is_empty() && cuda::probe::available() => Device::Cuda,
+        Device::Cuda => Device::Cuda,
+        _ => Device::Cpu,
+    };
+    let all = ctx
+        .comm
+        .all_gather_bytes(&[u8::from(mine == Device::Cuda)])?;
+    let chosen = if all[0][0] == 1 {
+        Device::Cuda
+    } else {
+        Device::Cpu
+    };
+    if let Some(r) = all
+        .iter()
+        .position(|b| (b[0] == 1) != (chosen == Device::Cuda))
+    {
+        bail!("rank 0 runs on {chosen:?} but rank {r} cannot: every rank needs the same device");
+    }
+    Ok(chosen)
+}
+
+/// What stops a spec before any rank starts: an explicit `cuda` device whose libraries are
+/// missing, or steps the GPU backend does not run yet.
 pub fn preflight(loaded: &Loaded) -> Result<()> {
-    if loaded.spec.runtime.device == Device::Cuda {
+    if loaded.spec.runtime.device != Device::Cuda {
+        return Ok(());
+    }
+    cuda::probe::require(&[
+        cuda::probe::Lib::Driver,
+        cuda::probe::Lib::Nvrtc,
+        cuda::probe::Lib::Nccl,
+    ])?;
+    let unbuilt = gpu_unbuilt(loaded);
+    if !unbuilt.is_empty() {
         bail!(
-            "device = \"cuda\": the GPU backend is not built yet; use device = \"cpu\" or \"auto\"; nothing was run"
+            "{} cannot run on device = \"cuda\" yet (the GPU backend runs data movement and \
+             collectives); use device = \"cpu\" or \"auto\"; nothing was run",
+            unbuilt.join(", ")
         );
     }
     Ok(())

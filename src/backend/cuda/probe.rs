@@ -1,0 +1,89 @@
+//! Whether the CUDA libraries the GPU backend loads at run time are there: an absent library is
+//! an error that names it and where it was looked for, never a panic.
+
+use anyhow::{Result, bail};
+
+/// A library the GPU backend needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lib {
+    /// The CUDA driver (libcuda).
+    Driver,
+    /// The runtime compiler (libnvrtc), for the copy kernels.
+    Nvrtc,
+    /// NCCL (libnccl).
+    Nccl,
+}
+
+impl Lib {
+    fn name(self) -> &'static str {
+        match self {
+            Lib::Driver => "cuda",
+            Lib::Nvrtc => "nvrtc",
+            Lib::Nccl => "nccl",
+        }
+    }
+
+    /// The file names tried, in order.
+    pub fn candidates(self) -> Vec<String> {
+        let mut names = cudarc::get_lib_name_candidates(self.name());
+        if self == Lib::Nccl {
+            names.push("libnccl.so.2".into());
+        }
+        names
+    }
+
+    fn present(self) -> bool {
+        // SAFETY: these only try to open the libraries.
+        unsafe {
+            match self {
+                Lib::Driver => cudarc::driver::sys::is_culib_present(),
+                Lib::Nvrtc => cudarc::nvrtc::sys::is_culib_present(),
+                Lib::Nccl => self
+                    .candidates()
+                    .iter()
+                    .any(|n| libloading::Library::new(n).is_ok()),
+            }
+        }
+    }
+}
+
+/// Every library in `libs` is there, or an error naming the first missing one and where it was
+/// looked for.
+pub fn require(libs: &[Lib]) -> Result<()> {
+    for &lib in libs {
+        if !lib.present() {
+            bail!(
+                "device = \"cuda\" needs lib{}, which was not found: tried {} in the dynamic \
+                 linker's search path (LD_LIBRARY_PATH, then the ld.so cache)",
+                lib.name(),
+                lib.candidates().join(", ")
+            );
+        }
+    }
+    Ok(())
+}
+
+/// True when the GPU backend can start here: the libraries load and a GPU is visible.
+pub fn available() -> bool {
+    require(&[Lib::Driver, Lib::Nvrtc, Lib::Nccl]).is_ok()
+        && cudarc::driver::CudaContext::device_count().is_ok_and(|n| n > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_the_library_and_the_places_tried() {
+        // On a machine without CUDA (CI), the driver is missing; where CUDA exists this passes.
+        match require(&[Lib::Driver]) {
+            Ok(()) => {}
+            Err(e) => {
+                let text = e.to_string();
+                assert!(text.contains("libcuda"), "{text}");
+                assert!(text.contains("libcuda.so"), "{text}");
+            }
+        }
+        assert!(Lib::Nccl.candidates().contains(&"libnccl.so.2".to_string()));
+    }
+}
