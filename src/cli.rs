@@ -40,6 +40,9 @@ enum Command {
         /// Also print every iteration's time.
         #[arg(short, long)]
         verbose: bool,
+        /// Run on this device whatever runtime.device says (auto, cpu, cuda).
+        #[arg(long, value_parser = ["auto", "cpu", "cuda"])]
+        device: Option<String>,
     },
     /// Re-hash every file a run directory's manifest names. Exit 0, or 3 naming what differs.
     #[command(after_help = "Example:\n  distrun verify runs/allreduce-20261121T173045Z")]
@@ -117,8 +120,10 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             out,
             quiet,
             verbose,
+            device,
         } => Ok(run_spec(
             &spec,
+            device.as_deref(),
             &crate::exec::Options {
                 out,
                 quiet,
@@ -217,9 +222,9 @@ pub fn plan_spec(path: &std::path::Path, ranks: Option<u64>) -> Result<plan::Pla
 
 /// Runs a spec on this rank: validation errors are printed by the first rank only (every rank
 /// finds the same), a failure on any rank stops them all.
-fn run_spec(path: &std::path::Path, opts: &crate::exec::Options) -> ExitCode {
+fn run_spec(path: &std::path::Path, device: Option<&str>, opts: &crate::exec::Options) -> ExitCode {
     let first = crate::runtime::launcher::rank_hint().is_none_or(|r| r == 0);
-    let loaded = match spec::load_file(path) {
+    let mut loaded = match spec::load_file(path) {
         Ok(l) => l,
         Err(invalid) => {
             if first {
@@ -228,6 +233,13 @@ fn run_spec(path: &std::path::Path, opts: &crate::exec::Options) -> ExitCode {
             return ExitCode::from(EXIT_INVALID);
         }
     };
+    if let Some(d) = device {
+        loaded.spec.runtime.device = match d {
+            "cpu" => spec::model::Device::Cpu,
+            "cuda" => spec::model::Device::Cuda,
+            _ => spec::model::Device::Auto,
+        };
+    }
     if let Some(out) = opts.out.as_ref().filter(|o| o.exists()) {
         if first {
             eprintln!(
