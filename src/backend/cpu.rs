@@ -343,6 +343,12 @@ impl Backend for Cpu<'_> {
         Ok(())
     }
 
+    fn time(&self, run: &mut dyn FnMut() -> Result<()>) -> Result<f64> {
+        let t0 = std::time::Instant::now();
+        run()?;
+        Ok(t0.elapsed().as_secs_f64())
+    }
+
     fn max_over_ranks(&self, x: f64) -> Result<f64> {
         self.comm.max_f64(x)
     }

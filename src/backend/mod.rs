@@ -110,6 +110,9 @@ pub trait Backend {
     fn barrier(&self) -> Result<()>;
     /// Waits for the device to finish queued work.
     fn synchronize(&self) -> Result<()>;
+    /// Seconds `run` takes on the device: wall time on the CPU, CUDA events around the queued
+    /// work on the GPU (launch gaps excluded, as nccl-tests and cupy time it).
+    fn time(&self, run: &mut dyn FnMut() -> Result<()>) -> Result<f64>;
     /// The largest `x` over the ranks (host values: timings, errors).
     fn max_over_ranks(&self, x: f64) -> Result<f64>;
     /// Every rank's host bytes, by rank (metadata: names, messages).

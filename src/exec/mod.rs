@@ -21,7 +21,6 @@ use expect::{Comparison, Origin};
 use progress::Progress;
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::time::Instant;
 
 /// How a run reports and where it writes.
 #[derive(Debug, Clone, Default)]
@@ -334,10 +333,9 @@ fn timed<B: Backend>(
     let mut times = Vec::with_capacity(common.iterations as usize);
     for k in 0..common.warmup + common.iterations {
         b.barrier()?;
-        let t0 = Instant::now();
-        run()?;
+        let t = b.time(&mut run)?;
         b.synchronize()?;
-        let t = b.max_over_ranks(t0.elapsed().as_secs_f64())?;
+        let t = b.max_over_ranks(t)?;
         if k >= common.warmup {
             times.push(t);
         }

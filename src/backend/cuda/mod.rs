@@ -437,6 +437,16 @@ impl Backend for Cuda<'_> {
         Ok(self.stream.synchronize()?)
     }
 
+    fn time(&self, run: &mut dyn FnMut() -> Result<()>) -> Result<f64> {
+        let timing = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let ctx = self.stream.context();
+        let (start, end) = (ctx.new_event(timing)?, ctx.new_event(timing)?);
+        start.record(&self.stream)?;
+        run()?;
+        end.record(&self.stream)?;
+        Ok(f64::from(start.elapsed_ms(&end)?) / 1e3)
+    }
+
     fn max_over_ranks(&self, x: f64) -> Result<f64> {
         self.comm.max_f64(x)
     }
