@@ -343,6 +343,10 @@ impl Backend for Cpu<'_> {
         Ok(())
     }
 
+    fn align(&self) -> Result<()> {
+        Ok(())
+    }
+
     fn time(&self, run: &mut dyn FnMut() -> Result<()>) -> Result<f64> {
         let t0 = std::time::Instant::now();
         run()?;

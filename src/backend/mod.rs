@@ -110,6 +110,9 @@ pub trait Backend {
     fn barrier(&self) -> Result<()>;
     /// Waits for the device to finish queued work.
     fn synchronize(&self) -> Result<()>;
+    /// Brings the ranks into step just before a timed run (after a barrier): on the GPU a tiny
+    /// NCCL all-reduce on the stream, so that no rank's timing starts while a peer's GPU lags.
+    fn align(&self) -> Result<()>;
     /// Seconds `run` takes on the device: wall time on the CPU, CUDA events around the queued
     /// work on the GPU (launch gaps excluded, as nccl-tests and cupy time it).
     fn time(&self, run: &mut dyn FnMut() -> Result<()>) -> Result<f64>;

@@ -333,6 +333,7 @@ fn timed<B: Backend>(
     let mut times = Vec::with_capacity(common.iterations as usize);
     for k in 0..common.warmup + common.iterations {
         b.barrier()?;
+        b.align()?;
         let t = b.time(&mut run)?;
         b.synchronize()?;
         let t = b.max_over_ranks(t)?;

@@ -437,6 +437,25 @@ impl Backend for Cuda<'_> {
         Ok(self.stream.synchronize()?)
     }
 
+    fn align(&self) -> Result<()> {
+        let mut one = self.zeros(4)?;
+        let (p, _g) = one.data.device_ptr_mut(&self.stream);
+        // SAFETY: one f32 in place on every rank.
+        unsafe {
+            nccl::all_reduce(
+                p as _,
+                p as _,
+                1,
+                nccl_sys::ncclDataType_t::ncclFloat32,
+                nccl_sys::ncclRedOp_t::ncclSum,
+                self.nccl,
+                self.raw_stream(),
+            )
+        }
+        .map_err(nccl_err)?;
+        Ok(())
+    }
+
     fn time(&self, run: &mut dyn FnMut() -> Result<()>) -> Result<f64> {
         let timing = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
         let ctx = self.stream.context();
