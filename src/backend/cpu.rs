@@ -5,7 +5,7 @@ use super::Backend;
 use crate::ops::exchange::Run;
 use crate::ops::fft::local as fft;
 use crate::ops::matmul::{epilog, local};
-use crate::runtime::comm::{Comm, Elem, Op};
+use crate::runtime::comm::{Comm, Elem, Op, Parts};
 use crate::spec::step::{Epilog, ReduceOp};
 use crate::spec::tensor::DType;
 use anyhow::Result;
@@ -276,13 +276,12 @@ impl Backend for Cpu<'_> {
     fn all_to_all_v(
         &self,
         send: &Vec<u8>,
-        send_counts: &[usize],
+        to: &Parts,
         recv: &mut Vec<u8>,
-        recv_counts: &[usize],
+        from: &Parts,
         elem: usize,
     ) -> Result<()> {
-        self.comm
-            .all_to_all_v(send, send_counts, recv, recv_counts, elem)
+        self.comm.all_to_all_v(send, to, recv, from, elem)
     }
 
     fn all_reduce(

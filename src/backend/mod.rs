@@ -8,6 +8,7 @@ use crate::ops::exchange::Run;
 use crate::ops::fft::local::Phase;
 use crate::ops::matmul::epilog::Addends;
 use crate::ops::matmul::local::View;
+use crate::runtime::comm::Parts;
 use crate::spec::step::{Epilog, ReduceOp};
 use crate::spec::tensor::DType;
 use anyhow::Result;
@@ -69,13 +70,13 @@ pub trait Backend {
         output: &mut Self::Buf,
     ) -> Result<()>;
 
-    /// Sends `send_counts[q]` elements to rank q and receives `recv_counts[r]` from rank r.
+    /// Sends each rank its part of `send` and receives each rank's part into `recv`.
     fn all_to_all_v(
         &self,
         send: &Self::Buf,
-        send_counts: &[usize],
+        to: &Parts,
         recv: &mut Self::Buf,
-        recv_counts: &[usize],
+        from: &Parts,
         elem: usize,
     ) -> Result<()>;
     /// Element-wise reduction of every rank's `send` into every rank's `recv`.

@@ -46,6 +46,33 @@ pub struct Exchange {
     pub unpack: Vec<Run>,
     /// Local source piece -> local destination piece, for what the rank keeps.
     pub local: Vec<Run>,
+    /// Where each destination's elements start in the source piece, when every destination's
+    /// elements lie there contiguously in order (then nothing needs packing).
+    pub direct_send: Option<Vec<usize>>,
+    /// Where each source's elements start in the destination piece, when they land there
+    /// contiguously in order (then nothing needs unpacking).
+    pub direct_recv: Option<Vec<usize>>,
+}
+
+/// Where a peer's runs start on one side, when they follow each other contiguously there.
+fn contiguous(runs: &[Run], src_side: bool) -> Option<usize> {
+    let pos = |r: &Run| {
+        if src_side {
+            (r.src, r.src_stride)
+        } else {
+            (r.dst, r.dst_stride)
+        }
+    };
+    let first = runs.first().map_or(0, |r| pos(r).0);
+    let mut next = first;
+    for r in runs {
+        let (at, stride) = pos(r);
+        if at != next || (stride != 1 && r.count > 1) {
+            return None;
+        }
+        next += r.count;
+    }
+    Some(first)
 }
 
 impl Exchange {
@@ -299,6 +326,8 @@ pub fn plan(from: Side<'_>, to: &dyn Holdings, ranks: u64, me: u64) -> Exchange 
     };
     let mine_from = piece(&from, ranks, me);
     let mine_to = piece(to, ranks, me);
+    let mut direct_send = Some(vec![0; p]);
+    let mut direct_recv = Some(vec![0; p]);
     // As a sender, destination by destination.
     let mut next = 0;
     if let Some(src) = &mine_from {
@@ -321,9 +350,16 @@ pub fn plan(from: Side<'_>, to: &dyn Holdings, ranks: u64, me: u64) -> Exchange 
                     &mut ex.local,
                 );
             } else {
-                let before = next;
+                let (before, first_run) = (next, ex.pack.len());
                 runs(&common, Some(src), None, &traverse, &mut next, &mut ex.pack);
                 ex.send_counts[q as usize] = next - before;
+                match (
+                    contiguous(&ex.pack[first_run..], true),
+                    direct_send.as_mut(),
+                ) {
+                    (Some(at), Some(d)) => d[q as usize] = at,
+                    _ => direct_send = None,
+                }
             }
         }
     }
@@ -338,7 +374,7 @@ pub fn plan(from: Side<'_>, to: &dyn Holdings, ranks: u64, me: u64) -> Exchange 
                 continue;
             };
             let common = intersect(&src, dst);
-            let before = next;
+            let (before, first_run) = (next, ex.unpack.len());
             runs(
                 &common,
                 None,
@@ -348,8 +384,17 @@ pub fn plan(from: Side<'_>, to: &dyn Holdings, ranks: u64, me: u64) -> Exchange 
                 &mut ex.unpack,
             );
             ex.recv_counts[r as usize] = next - before;
+            match (
+                contiguous(&ex.unpack[first_run..], false),
+                direct_recv.as_mut(),
+            ) {
+                (Some(at), Some(d)) => d[r as usize] = at,
+                _ => direct_recv = None,
+            }
         }
     }
+    ex.direct_send = direct_send;
+    ex.direct_recv = direct_recv;
     ex
 }
 

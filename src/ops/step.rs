@@ -5,6 +5,7 @@ use super::exchange::{self, Exchange, Side};
 use crate::backend::Backend;
 use crate::dist::Placement;
 use crate::plan::TensorState;
+use crate::runtime::comm::Parts;
 use crate::spec::step::{ReduceOp, SendRecvPattern, Step};
 use crate::spec::tensor::Distribution;
 use anyhow::{Result, bail};
@@ -48,7 +49,8 @@ impl Movement {
         }
     }
 
-    /// Moves `src` into `out` through the scratch buffers `send` and `recv`.
+    /// Moves `src` into `out` through the scratch buffers `send` and `recv` (skipped where a
+    /// peer's elements are contiguous already: they travel straight from `src` or into `out`).
     pub fn run<B: Backend>(
         &self,
         b: &B,
@@ -57,27 +59,62 @@ impl Movement {
         recv: &mut B::Buf,
         out: &mut B::Buf,
     ) -> Result<()> {
-        b.copy_runs(src, send, &self.ex.pack, self.elem);
+        let ex = &self.ex;
         if b.ranks() > 1 {
-            b.all_to_all_v(
-                send,
-                &self.ex.send_counts,
-                recv,
-                &self.ex.recv_counts,
-                self.elem,
-            )?;
+            let packed_to = Parts::packed(&ex.send_counts);
+            let packed_from = Parts::packed(&ex.recv_counts);
+            let to = ex.direct_send.as_ref().map(|d| Parts {
+                counts: ex.send_counts.clone(),
+                displs: d.clone(),
+            });
+            let from = ex.direct_recv.as_ref().map(|d| Parts {
+                counts: ex.recv_counts.clone(),
+                displs: d.clone(),
+            });
+            let source = match &to {
+                Some(_) => src,
+                None => {
+                    b.copy_runs(src, send, &ex.pack, self.elem);
+                    &*send
+                }
+            };
+            match &from {
+                Some(from) => b.all_to_all_v(
+                    source,
+                    to.as_ref().unwrap_or(&packed_to),
+                    out,
+                    from,
+                    self.elem,
+                )?,
+                None => {
+                    b.all_to_all_v(
+                        source,
+                        to.as_ref().unwrap_or(&packed_to),
+                        recv,
+                        &packed_from,
+                        self.elem,
+                    )?;
+                    b.copy_runs(recv, out, &ex.unpack, self.elem);
+                }
+            }
         }
-        b.copy_runs(src, out, &self.ex.local, self.elem);
-        b.copy_runs(recv, out, &self.ex.unpack, self.elem);
+        b.copy_runs(src, out, &ex.local, self.elem);
         Ok(())
     }
 
     /// Scratch send and receive buffers sized for this movement.
     pub fn buffers<B: Backend>(&self, b: &B) -> Result<(B::Buf, B::Buf)> {
-        Ok((
-            b.zeros(self.ex.sent() * self.elem)?,
-            b.zeros(self.ex.recv_counts.iter().sum::<usize>() * self.elem)?,
-        ))
+        let send = if self.ex.direct_send.is_some() {
+            0
+        } else {
+            self.ex.sent()
+        };
+        let recv = if self.ex.direct_recv.is_some() {
+            0
+        } else {
+            self.ex.recv_counts.iter().sum()
+        };
+        Ok((b.zeros(send * self.elem)?, b.zeros(recv * self.elem)?))
     }
 }
 
@@ -256,10 +293,19 @@ impl<B: Backend> Prepared<B> {
             Kernel::AllReduce(op) => b.all_reduce(input, &mut self.out, dtype, *op)?,
             Kernel::Reduce(op, root) => b.reduce(input, &mut self.out, dtype, *op, *root)?,
             Kernel::ReduceScatter(runs, op) => {
-                let send = &mut self.scratch[0];
-                b.copy_runs(input, send, runs, elem);
                 let counts = vec![b.len(&self.out) / elem; b.ranks()];
-                b.reduce_scatter(send, &mut self.out, &counts, dtype, *op)?;
+                // Splitting along the slowest axis of the layout needs no packing.
+                let identity = runs.iter().all(|r| {
+                    r.src == r.dst && (r.count <= 1 || (r.src_stride == 1 && r.dst_stride == 1))
+                }) && runs.iter().map(|r| r.count).sum::<usize>() * elem
+                    == b.len(input);
+                if identity {
+                    b.reduce_scatter(input, &mut self.out, &counts, dtype, *op)?;
+                } else {
+                    let send = &mut self.scratch[0];
+                    b.copy_runs(input, send, runs, elem);
+                    b.reduce_scatter(send, &mut self.out, &counts, dtype, *op)?;
+                }
             }
             Kernel::Broadcast(root) => {
                 if b.rank() == *root {
@@ -287,7 +333,13 @@ impl<B: Backend> Prepared<B> {
                     })
                     .collect();
                 b.copy_runs(input, staged, &copies, elem);
-                b.all_to_all_v(staged, send, &mut self.out, recv, elem)?;
+                b.all_to_all_v(
+                    staged,
+                    &Parts::packed(send),
+                    &mut self.out,
+                    &Parts::packed(recv),
+                    elem,
+                )?;
                 if *keep {
                     let n = b.len(input) / elem;
                     b.copy_runs(

@@ -53,6 +53,31 @@ pub enum Op {
     Max,
 }
 
+/// Where each peer's part of an all-to-all-v lies in a buffer: element counts and displacements.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Parts {
+    /// Elements per peer.
+    pub counts: Vec<usize>,
+    /// First element of each peer's part.
+    pub displs: Vec<usize>,
+}
+
+impl Parts {
+    /// Parts laid end to end in rank order.
+    pub fn packed(counts: &[usize]) -> Self {
+        let mut displs = Vec::with_capacity(counts.len());
+        let mut at = 0;
+        for &c in counts {
+            displs.push(at);
+            at += c;
+        }
+        Parts {
+            counts: counts.to_vec(),
+            displs,
+        }
+    }
+}
+
 /// What ranks exchange. Counts are in elements of `elem_size` bytes; buffers are byte slices.
 pub trait Comm {
     /// This rank.
@@ -61,14 +86,14 @@ pub trait Comm {
     fn size(&self) -> usize;
     /// Waits for every rank.
     fn barrier(&self) -> Result<()>;
-    /// Sends `send_counts[q]` elements to rank q (consecutive in `send`, by rank) and receives
-    /// `recv_counts[r]` from rank r (consecutive in `recv`, by rank).
+    /// Sends each rank its part of `send` and receives each rank's part into `recv` (elements of
+    /// `elem_size` bytes).
     fn all_to_all_v(
         &self,
         send: &[u8],
-        send_counts: &[usize],
+        to: &Parts,
         recv: &mut [u8],
-        recv_counts: &[usize],
+        from: &Parts,
         elem_size: usize,
     ) -> Result<()>;
     /// Element-wise reduction of every rank's `send` into every rank's `recv`.
@@ -112,13 +137,14 @@ impl Comm for Single {
     fn all_to_all_v(
         &self,
         send: &[u8],
-        send_counts: &[usize],
+        to: &Parts,
         recv: &mut [u8],
-        _: &[usize],
+        from: &Parts,
         elem_size: usize,
     ) -> Result<()> {
-        let n = send_counts[0] * elem_size;
-        recv[..n].copy_from_slice(&send[..n]);
+        let n = to.counts[0] * elem_size;
+        let (s, r) = (to.displs[0] * elem_size, from.displs[0] * elem_size);
+        recv[r..r + n].copy_from_slice(&send[s..s + n]);
         Ok(())
     }
     fn all_reduce(&self, send: &[u8], recv: &mut [u8], _: Elem, _: Op) -> Result<()> {

@@ -1,6 +1,6 @@
 //! MPI_COMM_WORLD as a [`Comm`], through the MPI C API that the `mpi` crate exposes.
 
-use super::comm::{Comm, Elem, Op};
+use super::comm::{Comm, Elem, Op, Parts};
 use anyhow::{Result, bail};
 use mpi::ffi;
 use std::os::raw::{c_int, c_void};
@@ -83,6 +83,26 @@ impl Drop for Contiguous {
     }
 }
 
+/// Counts and displacements as MPI's C ints.
+fn c_parts(parts: &Parts) -> Result<(Vec<c_int>, Vec<c_int>)> {
+    let end = parts
+        .counts
+        .iter()
+        .zip(&parts.displs)
+        .map(|(c, d)| c + d)
+        .max()
+        .unwrap_or(0);
+    if end > MAX_COUNT {
+        bail!(
+            "an exchange reaching element {end} of a buffer is more than MPI's counts can address ({MAX_COUNT})"
+        );
+    }
+    Ok((
+        parts.counts.iter().map(|&c| c as c_int).collect(),
+        parts.displs.iter().map(|&d| d as c_int).collect(),
+    ))
+}
+
 fn counts_and_displs(counts: &[usize]) -> Result<(Vec<c_int>, Vec<c_int>)> {
     let total: usize = counts.iter().sum();
     if total > MAX_COUNT {
@@ -143,16 +163,14 @@ impl Comm for MpiComm {
     fn all_to_all_v(
         &self,
         send: &[u8],
-        send_counts: &[usize],
+        to: &Parts,
         recv: &mut [u8],
-        recv_counts: &[usize],
+        from: &Parts,
         elem_size: usize,
     ) -> Result<()> {
         let t = Contiguous::new(elem_size)?;
-        let (sc, sd) = counts_and_displs(send_counts)?;
-        let (rc, rd) = counts_and_displs(recv_counts)?;
-        debug_assert!(send.len() >= send_counts.iter().sum::<usize>() * elem_size);
-        debug_assert!(recv.len() >= recv_counts.iter().sum::<usize>() * elem_size);
+        let (sc, sd) = c_parts(to)?;
+        let (rc, rd) = c_parts(from)?;
         // Empty Vecs share one dangling address, which Open MPI takes for aliased buffers: give
         // empty buffers distinct addresses.
         let (mut no_send, mut no_recv) = (0u8, 0u8);

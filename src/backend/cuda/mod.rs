@@ -11,7 +11,7 @@ use crate::ops::exchange::Run;
 use crate::ops::fft::local::Phase;
 use crate::ops::matmul::epilog::Addends;
 use crate::ops::matmul::local::View;
-use crate::runtime::comm::Comm;
+use crate::runtime::comm::{Comm, Parts};
 use crate::spec::model::DeviceMap;
 use crate::spec::step::{Epilog, ReduceOp};
 use crate::spec::tensor::DType;
@@ -279,19 +279,19 @@ impl Backend for Cuda<'_> {
     fn all_to_all_v(
         &self,
         send: &Self::Buf,
-        send_counts: &[usize],
+        to: &Parts,
         recv: &mut Self::Buf,
-        recv_counts: &[usize],
+        from: &Parts,
         elem: usize,
     ) -> Result<()> {
         let stream = self.raw_stream();
         let (s, _g1) = send.data.device_ptr(&self.stream);
         let (r, _g2) = recv.data.device_ptr_mut(&self.stream);
         nccl::group_start().map_err(nccl_err)?;
-        let (mut so, mut ro) = (0usize, 0usize);
         for peer in 0..self.ranks() {
-            let (sc, rc) = (send_counts[peer] * elem, recv_counts[peer] * elem);
-            // SAFETY: the offsets and counts stay inside the buffers; NCCL queues on our stream.
+            let (sc, rc) = (to.counts[peer] * elem, from.counts[peer] * elem);
+            let (so, ro) = (to.displs[peer] * elem, from.displs[peer] * elem);
+            // SAFETY: the parts stay inside the buffers; NCCL queues on our stream.
             unsafe {
                 if sc > 0 {
                     nccl::send(
@@ -316,8 +316,6 @@ impl Backend for Cuda<'_> {
                     .map_err(nccl_err)?;
                 }
             }
-            so += sc;
-            ro += rc;
         }
         nccl::group_end().map_err(nccl_err)?;
         Ok(())

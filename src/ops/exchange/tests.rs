@@ -56,17 +56,29 @@ fn exchange(from: Side<'_>, to: Side<'_>, ranks: u64) -> Vec<Vec<u64>> {
                 .map_or(0, |s| s.iter().product::<u64>() as usize);
             let mut dst = vec![u64::MAX; n];
             apply(&plans[me].local, &src[me], &mut dst);
-            // The receive buffer: from each source rank, its send-buffer slice for me.
+            // From each source rank, the elements it sends me: straight from its piece where the
+            // plan says they are contiguous there, else from its packed send buffer.
             let mut recv = Vec::new();
             for (r, plan) in plans.iter().enumerate() {
-                let mut send = vec![0u64; plan.sent()];
-                apply(&plan.pack, &src[r], &mut send);
-                let offset: usize = plan.send_counts[..me].iter().sum();
                 let len = plan.send_counts[me];
                 assert_eq!(len, plans[me].recv_counts[r], "counts agree {r} -> {me}");
-                recv.extend_from_slice(&send[offset..offset + len]);
+                let part = match &plan.direct_send {
+                    Some(at) => src[r][at[me]..at[me] + len].to_vec(),
+                    None => {
+                        let mut send = vec![0u64; plan.sent()];
+                        apply(&plan.pack, &src[r], &mut send);
+                        let offset: usize = plan.send_counts[..me].iter().sum();
+                        send[offset..offset + len].to_vec()
+                    }
+                };
+                match &plans[me].direct_recv {
+                    Some(at) => dst[at[r]..at[r] + len].copy_from_slice(&part),
+                    None => recv.extend_from_slice(&part),
+                }
             }
-            apply(&plans[me].unpack, &recv, &mut dst);
+            if plans[me].direct_recv.is_none() {
+                apply(&plans[me].unpack, &recv, &mut dst);
+            }
             dst
         })
         .collect()
@@ -167,8 +179,11 @@ fn slab_to_replicated_sends_each_piece_to_every_other_rank() {
     // Rank 0 holds 3 rows = 9 elements, sent to ranks 1 and 2; receives 2 rows from each.
     assert_eq!(ex.send_counts, [0, 9, 9]);
     assert_eq!(ex.recv_counts, [0, 6, 6]);
-    // C layout on both sides: whole rows move as single runs.
+    // C layout on both sides: whole rows move as single runs, and each peer's rows are one
+    // contiguous range at both ends, so nothing is packed or unpacked.
     assert!(ex.pack.iter().all(|r| r.count == 3 && r.src_stride == 1));
+    assert_eq!(ex.direct_send, Some(vec![0, 0, 0]));
+    assert_eq!(ex.direct_recv, Some(vec![0, 9, 15]));
 }
 
 #[test]
