@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# On a GPU machine: all_gather, reduce_scatter, all_to_all and broadcast at 1 GiB per rank on 2
+# and 4 GPUs: distrun's busbw (CUDA events, median of 10 after 3 warm-up, slowest rank) beside
+# cupyx.distributed's NCCL calls timed as the peer's scripts do (mean of 20 back to back).
+#   bench/gpu/collectives.sh [DISTRUN_BINARY]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BIN=${1:-target/release/distrun}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
+PY=${PYTHON:-/opt/torch/.venv/bin/python}
+W=$(mktemp -d)
+N=$((1 << 28))   # f32 elements per rank: 1 GiB
+cat > "$W/peer.py" <<'PYEOF'
+import time, cupy as cp
+from mpi4py import MPI
+import cupyx.distributed
+comm = MPI.COMM_WORLD; rank = comm.Get_rank(); n = comm.Get_size()
+cp.cuda.Device(rank).use()
+c = cupyx.distributed.NCCLBackend(n, rank, use_mpi=True)
+def bench(f, it=20, warm=3):
+    for _ in range(warm): f()
+    cp.cuda.Device().synchronize(); comm.Barrier(); t0 = time.perf_counter()
+    for _ in range(it): f()
+    cp.cuda.Device().synchronize()
+    return comm.allreduce((time.perf_counter() - t0) / it, op=MPI.MAX)
+nbytes = 1 << 30; cnt = nbytes // 4
+x = cp.ones(cnt, dtype=cp.float32); y = cp.empty(cnt * n, dtype=cp.float32)
+t = bench(lambda: c.all_gather(x, y, cnt))
+if rank == 0: print(f"cupyx all_gather ranks={n}: busbw {nbytes*n/t/1e9*(n-1)/n:.1f} GB/s", flush=True)
+del y
+xx = cp.ones(cnt * n, dtype=cp.float32); yy = cp.empty(cnt, dtype=cp.float32)
+t = bench(lambda: c.reduce_scatter(xx, yy, cnt))
+if rank == 0: print(f"cupyx reduce_scatter ranks={n}: busbw {nbytes*n/t/1e9*(n-1)/n:.1f} GB/s", flush=True)
+del xx
+a2 = cp.ones((n, cnt // n), dtype=cp.float32); b2 = cp.empty_like(a2)
+t = bench(lambda: c.all_to_all(a2, b2))
+if rank == 0: print(f"cupyx all_to_all ranks={n}: busbw {nbytes/t/1e9*(n-1)/n:.1f} GB/s", flush=True)
+t = bench(lambda: c.broadcast(x, 0))
+if rank == 0: print(f"cupyx broadcast ranks={n}: busbw {nbytes/t/1e9:.1f} GB/s", flush=True)
+PYEOF
+for p in 2 4; do
+  cat > "$W/c.toml" <<SPEC
+[job]
+name = "gpu-collectives"
+[runtime]
+device = "cuda"
+[tensors.rows]
+shape = [$((N * p))]
+dtype = "f32"
+distribution = { slab = 0 }
+init = "ones"
+[tensors.part]
+shape = [$((N * p))]
+dtype = "f32"
+distribution = "partial"
+init = "ones"
+[tensors.t]
+shape = [$p, $p, $((N / p))]
+dtype = "f32"
+distribution = { slab = 0 }
+init = "ones"
+[tensors.held]
+shape = [$N]
+dtype = "f32"
+distribution = { root = 0 }
+init = "ones"
+[[steps]]
+op = "all_gather"
+input = "rows"
+out = "all"
+warmup = 3
+iterations = 10
+[[steps]]
+op = "reduce_scatter"
+input = "part"
+out = "rs"
+warmup = 3
+iterations = 10
+[[steps]]
+op = "all_to_all"
+input = "t"
+out = "tt"
+warmup = 3
+iterations = 10
+[[steps]]
+op = "broadcast"
+input = "held"
+out = "everywhere"
+warmup = 3
+iterations = 10
+SPEC
+  rm -rf "$W/run"
+  mpiexec -n $p "$BIN" run "$W/c.toml" --out "$W/run" -q > /dev/null
+  python3 -c "
+import json
+for s in json.load(open('$W/run/manifest.json'))['steps']:
+    print(f\"distrun {s['op']} ranks=$p: busbw {s['busbw_gbs']:.1f} GB/s (median {s['time_s']['median']*1e3:.2f} ms)\")"
+  mpiexec -n $p "$PY" "$W/peer.py"
+done
