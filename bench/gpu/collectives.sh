@@ -38,7 +38,7 @@ if rank == 0: print(f"cupyx all_to_all ranks={n}: busbw {nbytes/t/1e9*(n-1)/n:.1
 t = bench(lambda: c.broadcast(x, 0))
 if rank == 0: print(f"cupyx broadcast ranks={n}: busbw {nbytes/t/1e9:.1f} GB/s", flush=True)
 PYEOF
-for p in 2 4; do
+for p in ${RANKS:-2 4}; do
   cat > "$W/c.toml" <<SPEC
 [job]
 name = "gpu-collectives"

@@ -330,8 +330,11 @@ impl Backend for Cpu<'_> {
         })
     }
 
-    fn broadcast(&self, buf: &mut Vec<u8>, root: usize) -> Result<()> {
-        self.comm.broadcast(buf, root)
+    fn broadcast(&self, send: Option<&Vec<u8>>, recv: &mut Vec<u8>, root: usize) -> Result<()> {
+        if let Some(send) = send.filter(|_| self.rank() == root) {
+            recv.copy_from_slice(send);
+        }
+        self.comm.broadcast(recv, root)
     }
 
     fn barrier(&self) -> Result<()> {

@@ -105,8 +105,8 @@ pub trait Backend {
         dtype: DType,
         op: ReduceOp,
     ) -> Result<()>;
-    /// `root`'s buffer into every rank's.
-    fn broadcast(&self, buf: &mut Self::Buf, root: usize) -> Result<()>;
+    /// `root`'s `send` (its `recv` when None) into every rank's `recv`.
+    fn broadcast(&self, send: Option<&Self::Buf>, recv: &mut Self::Buf, root: usize) -> Result<()>;
     /// Waits for every rank.
     fn barrier(&self) -> Result<()>;
     /// Waits for the device to finish queued work.

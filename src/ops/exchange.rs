@@ -52,6 +52,9 @@ pub struct Exchange {
     /// Where each source's elements start in the destination piece, when they land there
     /// contiguously in order (then nothing needs unpacking).
     pub direct_recv: Option<Vec<usize>>,
+    /// The rank's own part as (source start, destination start, count), when it is one
+    /// contiguous range at both ends (then it can travel with the others).
+    pub direct_local: Option<(usize, usize, usize)>,
 }
 
 /// Where a peer's runs start on one side, when they follow each other contiguously there.
@@ -395,6 +398,9 @@ pub fn plan(from: Side<'_>, to: &dyn Holdings, ranks: u64, me: u64) -> Exchange 
     }
     ex.direct_send = direct_send;
     ex.direct_recv = direct_recv;
+    ex.direct_local = contiguous(&ex.local, true)
+        .zip(contiguous(&ex.local, false))
+        .map(|(s, d)| (s, d, ex.local.iter().map(|r| r.count).sum()));
     ex
 }
 

@@ -60,17 +60,31 @@ impl Movement {
         out: &mut B::Buf,
     ) -> Result<()> {
         let ex = &self.ex;
+        let me = b.rank();
+        // With both ends direct, the rank's own part travels in the same exchange.
+        let own = match (&ex.direct_send, &ex.direct_recv, ex.direct_local) {
+            (Some(_), Some(_), Some(local)) if b.ranks() > 1 => Some(local),
+            _ => None,
+        };
         if b.ranks() > 1 {
             let packed_to = Parts::packed(&ex.send_counts);
             let packed_from = Parts::packed(&ex.recv_counts);
-            let to = ex.direct_send.as_ref().map(|d| Parts {
+            let mut to = ex.direct_send.as_ref().map(|d| Parts {
                 counts: ex.send_counts.clone(),
                 displs: d.clone(),
             });
-            let from = ex.direct_recv.as_ref().map(|d| Parts {
+            let mut from = ex.direct_recv.as_ref().map(|d| Parts {
                 counts: ex.recv_counts.clone(),
                 displs: d.clone(),
             });
+            if let (Some((s, d, n)), Some(to), Some(from)) = (own, to.as_mut(), from.as_mut()) {
+                (
+                    to.counts[me],
+                    to.displs[me],
+                    from.counts[me],
+                    from.displs[me],
+                ) = (n, s, n, d);
+            }
             let source = match &to {
                 Some(_) => src,
                 None => {
@@ -78,27 +92,18 @@ impl Movement {
                     &*send
                 }
             };
+            let to = to.as_ref().unwrap_or(&packed_to);
             match &from {
-                Some(from) => b.all_to_all_v(
-                    source,
-                    to.as_ref().unwrap_or(&packed_to),
-                    out,
-                    from,
-                    self.elem,
-                )?,
+                Some(from) => b.all_to_all_v(source, to, out, from, self.elem)?,
                 None => {
-                    b.all_to_all_v(
-                        source,
-                        to.as_ref().unwrap_or(&packed_to),
-                        recv,
-                        &packed_from,
-                        self.elem,
-                    )?;
+                    b.all_to_all_v(source, to, recv, &packed_from, self.elem)?;
                     b.copy_runs(recv, out, &ex.unpack, self.elem);
                 }
             }
         }
-        b.copy_runs(src, out, &ex.local, self.elem);
+        if own.is_none() {
+            b.copy_runs(src, out, &ex.local, self.elem);
+        }
         Ok(())
     }
 
@@ -307,19 +312,7 @@ impl<B: Backend> Prepared<B> {
                     b.reduce_scatter(send, &mut self.out, &counts, dtype, *op)?;
                 }
             }
-            Kernel::Broadcast(root) => {
-                if b.rank() == *root {
-                    let whole = [exchange::Run {
-                        src: 0,
-                        dst: 0,
-                        count: b.len(input) / elem,
-                        src_stride: 1,
-                        dst_stride: 1,
-                    }];
-                    b.copy_runs(input, &mut self.out, &whole, elem);
-                }
-                b.broadcast(&mut self.out, *root)?;
-            }
+            Kernel::Broadcast(root) => b.broadcast(Some(input), &mut self.out, *root)?,
             Kernel::SendRecv { send, recv, keep } => {
                 let row = send.iter().chain(recv).copied().max().unwrap_or(0);
                 let staged = &mut self.scratch[0];

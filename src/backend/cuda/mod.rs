@@ -23,20 +23,19 @@ use cudarc::driver::{
 use cudarc::nccl::{result as nccl, sys as nccl_sys};
 use std::sync::Arc;
 
-/// The strided-copy kernel: one block per run, its threads over the run's bytes.
+/// The strided-copy kernel: blocks along x take runs, blocks along y 64 KiB chunks of each run,
+/// threads the bytes of a chunk.
 const KERNELS: &str = r#"
 extern "C" __global__ void copy_runs(const unsigned char* src, unsigned char* dst,
                                      const unsigned long long* runs, unsigned long long n_runs,
                                      unsigned long long elem) {
+    const unsigned long long chunk = 65536;
     for (unsigned long long r = blockIdx.x; r < n_runs; r += gridDim.x) {
         const unsigned long long* q = runs + 5 * r;
         unsigned long long bytes = q[2] * elem;
-        if (q[3] == 1 && q[4] == 1) {
-            const unsigned char* s = src + q[0] * elem;
-            unsigned char* d = dst + q[1] * elem;
-            for (unsigned long long t = threadIdx.x; t < bytes; t += blockDim.x) d[t] = s[t];
-        } else {
-            for (unsigned long long t = threadIdx.x; t < bytes; t += blockDim.x) {
+        for (unsigned long long c = blockIdx.y * chunk; c < bytes; c += gridDim.y * chunk) {
+            unsigned long long end = c + chunk < bytes ? c + chunk : bytes;
+            for (unsigned long long t = c + threadIdx.x; t < end; t += blockDim.x) {
                 unsigned long long i = t / elem, b = t % elem;
                 dst[(q[1] + i * q[4]) * elem + b] = src[(q[0] + i * q[3]) * elem + b];
             }
@@ -223,6 +222,19 @@ impl Backend for Cuda<'_> {
         if runs.is_empty() {
             return;
         }
+        // A few contiguous runs go to the copy engines; many small or strided ones to the kernel.
+        let contiguous = runs
+            .iter()
+            .all(|r| r.count <= 1 || (r.src_stride == 1 && r.dst_stride == 1));
+        if contiguous && runs.len() <= 64 {
+            for r in runs.iter().filter(|r| r.count > 0) {
+                let (s, d, n) = (r.src * elem, r.dst * elem, r.count * elem);
+                self.stream
+                    .memcpy_dtod(&src.data.slice(s..s + n), &mut dst.data.slice_mut(d..d + n))
+                    .expect("a device-to-device copy");
+            }
+            return;
+        }
         let table: Vec<u64> = runs
             .iter()
             .flat_map(|r| [r.src, r.dst, r.count, r.src_stride, r.dst_stride].map(|x| x as u64))
@@ -231,9 +243,11 @@ impl Backend for Cuda<'_> {
             .stream
             .clone_htod(&table)
             .expect("copying a run table to the GPU");
+        let longest = runs.iter().map(|r| r.count * elem).max().unwrap_or(0);
+        let chunks = longest.div_ceil(65536).clamp(1, 1024) as u32;
         let (n, elem) = (runs.len() as u64, elem as u64);
         let cfg = LaunchConfig {
-            grid_dim: (runs.len().min(65535) as u32, 1, 1),
+            grid_dim: (runs.len().min(65535) as u32, chunks, 1),
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
@@ -407,14 +421,18 @@ impl Backend for Cuda<'_> {
         Ok(())
     }
 
-    fn broadcast(&self, buf: &mut Self::Buf, root: usize) -> Result<()> {
-        let len = buf.len;
-        let (p, _g) = buf.data.device_ptr_mut(&self.stream);
-        // SAFETY: in place, the buffer holds `len` bytes on every rank.
+    fn broadcast(&self, send: Option<&Self::Buf>, recv: &mut Self::Buf, root: usize) -> Result<()> {
+        let len = recv.len;
+        let (r, _g) = recv.data.device_ptr_mut(&self.stream);
+        let source = match send.filter(|_| self.rank() == root) {
+            Some(send) => send.data.device_ptr(&self.stream),
+            None => (r, cudarc::driver::SyncOnDrop::Sync(None)),
+        };
+        // SAFETY: both buffers hold `len` bytes; NCCL reads the source on the root only.
         unsafe {
             nccl::broadcast(
-                p as _,
-                p as _,
+                source.0 as _,
+                r as _,
                 len,
                 nccl_sys::ncclDataType_t::ncclUint8,
                 root as i32,
