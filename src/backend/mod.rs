@@ -122,3 +122,14 @@ pub trait Backend {
     /// Every rank's host bytes, by rank (metadata: names, messages).
     fn all_gather_bytes(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>>;
 }
+
+/// Element-wise sums of a few host values over the ranks (check statistics).
+pub fn sum_over_ranks<B: Backend>(b: &B, v: &[f64]) -> Result<Vec<f64>> {
+    let send = b.upload(v.iter().flat_map(|x| x.to_le_bytes()).collect())?;
+    let mut recv = b.zeros(v.len() * 8)?;
+    b.all_reduce(&send, &mut recv, DType::F64, ReduceOp::Sum)?;
+    Ok(b.download(&recv)?
+        .chunks_exact(8)
+        .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")))
+        .collect())
+}

@@ -141,7 +141,7 @@ impl Source<'_> {
 /// Combines the ranks' values as the reduction does (in f64 for floats, wrapping for integers).
 fn fold(op: ReduceOp, dtype: DType, values: impl Iterator<Item = Scalar>, ranks: u64) -> Scalar {
     let values: Vec<Scalar> = values.collect();
-    let reals = || values.iter().map(|v| as_complex(*v));
+    let reals = || values.iter().map(|v| v.to_complex());
     match values[0] {
         Scalar::Int(_) | Scalar::UInt(_) => {
             let ints = values.iter().map(|v| as_i128(*v));
@@ -183,31 +183,11 @@ fn fold(op: ReduceOp, dtype: DType, values: impl Iterator<Item = Scalar>, ranks:
     }
 }
 
-fn as_complex(v: Scalar) -> (f64, f64) {
-    match v {
-        Scalar::Real(x) => (x, 0.0),
-        Scalar::Complex(re, im) => (re, im),
-        Scalar::Int(i) => (i as f64, 0.0),
-        Scalar::UInt(u) => (u as f64, 0.0),
-    }
-}
-
 fn as_i128(v: Scalar) -> i128 {
     match v {
         Scalar::Int(i) => i as i128,
         Scalar::UInt(u) => u as i128,
         Scalar::Real(x) | Scalar::Complex(x, _) => x as i128,
-    }
-}
-
-/// Machine epsilon of a floating dtype (0 for integers).
-fn epsilon(dtype: DType) -> f64 {
-    match dtype {
-        DType::F16 => 9.77e-4,
-        DType::Bf16 => 7.82e-3,
-        DType::F32 | DType::C64 => f32::EPSILON as f64,
-        DType::F64 | DType::C128 => f64::EPSILON,
-        _ => 0.0,
     }
 }
 
@@ -242,7 +222,7 @@ pub fn compare(
             reduction,
             Some(ReduceOp::Sum | ReduceOp::Avg | ReduceOp::Prod)
         );
-    let tol = 2.0 * (ranks as f64 + 1.0) * epsilon(dtype);
+    let tol = 2.0 * (ranks as f64 + 1.0) * dtype.epsilon();
     let mut worst = 0.0f64;
     let mut passed = true;
     for (g, w) in got.chunks_exact(size).zip(want.chunks_exact(size)) {
@@ -250,8 +230,8 @@ pub fn compare(
             continue;
         }
         let (a, b) = (
-            as_complex(init::decode(dtype, g)),
-            as_complex(init::decode(dtype, w)),
+            init::decode(dtype, g).to_complex(),
+            init::decode(dtype, w).to_complex(),
         );
         let diff = (a.0 - b.0).hypot(a.1 - b.1);
         let err = if inexact {

@@ -31,6 +31,18 @@ pub enum Scalar {
 }
 
 impl Scalar {
+    /// The value as (real, imaginary).
+    pub fn to_complex(self) -> (f64, f64) {
+        match self {
+            Scalar::Real(x) => (x, 0.0),
+            Scalar::Complex(re, im) => (re, im),
+            Scalar::Int(i) => (i as f64, 0.0),
+            Scalar::UInt(u) => (u as f64, 0.0),
+        }
+    }
+}
+
+impl Scalar {
     /// The real part as f64 (integers rounded to nearest even).
     fn re(self) -> f64 {
         match self {

@@ -83,6 +83,17 @@ impl DType {
         )
     }
 
+    /// Machine epsilon of a floating-point dtype (0 for integers).
+    pub fn epsilon(self) -> f64 {
+        match self {
+            DType::F16 => 9.77e-4,
+            DType::Bf16 => 7.82e-3,
+            DType::F32 | DType::C64 => f32::EPSILON as f64,
+            DType::F64 | DType::C128 => f64::EPSILON,
+            _ => 0.0,
+        }
+    }
+
     /// The complex type of the same precision (f32 -> c64, f64 -> c128).
     pub fn to_complex(self) -> Option<DType> {
         match self {

@@ -2,23 +2,18 @@
 //! energy obeys Parseval's identity, each within a tolerance from the precision and size.
 
 use super::{PreparedFft, scale};
-use crate::backend::Backend;
+use crate::backend::{Backend, sum_over_ranks};
 use crate::exec::expect::Comparison;
-use crate::init::{self, Scalar};
+use crate::init;
 use crate::plan::TensorState;
 use crate::spec::step::{Fft, FftDirection, FftKind, FftNorm};
-use crate::spec::tensor::DType;
 use anyhow::Result;
 
 fn values<B: Backend>(b: &B, state: &TensorState, buf: &B::Buf) -> Result<Vec<(f64, f64)>> {
     let size = state.dtype.size() as usize;
     Ok(b.download(buf)?
         .chunks_exact(size)
-        .map(|c| match init::decode(state.dtype, c) {
-            Scalar::Complex(re, im) => (re, im),
-            Scalar::Real(x) => (x, 0.0),
-            _ => (0.0, 0.0),
-        })
+        .map(|c| init::decode(state.dtype, c).to_complex())
         .collect())
 }
 
@@ -138,7 +133,7 @@ pub fn check<B: Backend>(
         rank,
         half_out,
     );
-    let sums = sum(b, &[e_in, e_out])?;
+    let sums = sum_over_ranks(b, &[e_in, e_out])?;
     let s = scale(step.norm, step.direction, n);
     let expected = s * s * n * sums[0];
     let parseval = if step.kind == FftKind::C2r {
@@ -146,30 +141,9 @@ pub fn check<B: Backend>(
     } else {
         (sums[1] - expected).abs() / sums[1].max(expected).max(f64::MIN_POSITIVE)
     };
-    let eps = if in_state.dtype == DType::F32 || in_state.dtype == DType::C64 {
-        f32::EPSILON as f64
-    } else {
-        f64::EPSILON
-    };
-    let tol = eps * (16.0 + 8.0 * n.log2());
+    let tol = in_state.dtype.epsilon() * (16.0 + 8.0 * n.log2());
     Ok(Comparison {
         passed: round_trip <= tol && parseval <= tol,
         max_error: round_trip.max(parseval),
     })
-}
-
-/// Sums of a few host values over the ranks.
-fn sum<B: Backend>(b: &B, v: &[f64]) -> Result<Vec<f64>> {
-    let send = b.upload(v.iter().flat_map(|x| x.to_le_bytes()).collect())?;
-    let mut recv = b.zeros(v.len() * 8)?;
-    b.all_reduce(
-        &send,
-        &mut recv,
-        DType::F64,
-        crate::spec::step::ReduceOp::Sum,
-    )?;
-    Ok(b.download(&recv)?
-        .chunks_exact(8)
-        .map(|c| f64::from_le_bytes(c.try_into().expect("8")))
-        .collect())
 }

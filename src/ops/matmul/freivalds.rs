@@ -6,13 +6,13 @@
 
 use super::epilog::activate;
 use super::local::compute_dtype;
-use crate::backend::Backend;
+use crate::backend::{Backend, sum_over_ranks};
 use crate::dist::Placement;
 use crate::exec::expect::Comparison;
 use crate::init::{self, Scalar};
 use crate::ops::step::regather;
 use crate::plan::TensorState;
-use crate::spec::step::{Matmul, ReduceOp};
+use crate::spec::step::Matmul;
 use crate::spec::tensor::{DType, Distribution, Layout, Uniform};
 use anyhow::Result;
 
@@ -24,25 +24,6 @@ fn mul(a: C, b: C) -> C {
 
 fn abs(a: C) -> f64 {
     a.0.hypot(a.1)
-}
-
-fn scalar(v: Scalar) -> C {
-    match v {
-        Scalar::Real(x) => (x, 0.0),
-        Scalar::Complex(re, im) => (re, im),
-        Scalar::Int(i) => (i as f64, 0.0),
-        Scalar::UInt(u) => (u as f64, 0.0),
-    }
-}
-
-/// Machine epsilon of a float dtype.
-fn epsilon(dtype: DType) -> f64 {
-    match dtype {
-        DType::F16 => 9.77e-4,
-        DType::Bf16 => 7.82e-3,
-        DType::F32 | DType::C64 => f32::EPSILON as f64,
-        _ => f64::EPSILON,
-    }
 }
 
 /// Calls `f(row, col, value)` for every element of this rank's piece that it counts (a
@@ -78,7 +59,7 @@ fn each<B: Backend>(
                 Layout::C => r * cols + c,
                 Layout::F => c * rows + r,
             };
-            let v = scalar(init::decode(state.dtype, &data[at * size..(at + 1) * size]));
+            let v = init::decode(state.dtype, &data[at * size..(at + 1) * size]).to_complex();
             let col = globals.get(1).map_or(0, |g| g[c]);
             f(globals[0][r], col, v);
         }
@@ -88,22 +69,10 @@ fn each<B: Backend>(
 
 /// Sums complex vectors over the ranks.
 fn all_sum<B: Backend>(b: &B, v: &[C]) -> Result<Vec<C>> {
-    let bytes: Vec<u8> = v
-        .iter()
-        .flat_map(|(re, im)| [re.to_le_bytes(), im.to_le_bytes()])
-        .flatten()
-        .collect();
-    let send = b.upload(bytes)?;
-    let mut recv = b.zeros(v.len() * 16)?;
-    b.all_reduce(&send, &mut recv, DType::C128, ReduceOp::Sum)?;
-    Ok(b.download(&recv)?
-        .chunks_exact(16)
-        .map(|c| {
-            (
-                f64::from_le_bytes(c[..8].try_into().expect("8")),
-                f64::from_le_bytes(c[8..].try_into().expect("8")),
-            )
-        })
+    let flat: Vec<f64> = v.iter().flat_map(|&(re, im)| [re, im]).collect();
+    Ok(sum_over_ranks(b, &flat)?
+        .chunks_exact(2)
+        .map(|c| (c[0], c[1]))
         .collect())
 }
 
@@ -194,8 +163,8 @@ pub fn check<B: Backend>(
     })?;
     let z = all_sum(b, &z)?;
     let (eps_c, eps_o) = (
-        epsilon(compute_dtype(out.0.dtype)),
-        epsilon(target_state.dtype),
+        compute_dtype(out.0.dtype).epsilon(),
+        target_state.dtype.epsilon(),
     );
     let mut passed = true;
     let mut worst = 0.0f64;
@@ -222,10 +191,10 @@ pub fn check<B: Backend>(
         let (os, ps) = (out.0.dtype.size() as usize, pre_state.dtype.size() as usize);
         let mut ok = true;
         for (g, p) in got.chunks_exact(os).zip(want.chunks_exact(ps)) {
-            let g = scalar(init::decode(out.0.dtype, g)).0;
-            let a = activate(step.epilog, scalar(init::decode(pre_state.dtype, p)).0);
-            ok &=
-                (g - a).abs() <= 2.0 * eps_o.max(epsilon(out.0.dtype)) * a.abs().max(1e-30) + 1e-30;
+            let g = init::decode(out.0.dtype, g).to_complex().0;
+            let a = activate(step.epilog, init::decode(pre_state.dtype, p).to_complex().0);
+            ok &= (g - a).abs()
+                <= 2.0 * eps_o.max(out.0.dtype.epsilon()) * a.abs().max(1e-30) + 1e-30;
         }
         passed &= b.max_over_ranks(if ok { 0.0 } else { 1.0 })? == 0.0;
     }
