@@ -11,6 +11,7 @@ use crate::spec::tensor::DType;
 use anyhow::Result;
 use half::{bf16, f16};
 use rayon::prelude::*;
+use std::borrow::Cow;
 
 /// Host memory and a communicator.
 pub struct Cpu<'a> {
@@ -46,20 +47,6 @@ fn mpi_op(dtype: DType, op: ReduceOp) -> (Elem, Op) {
         ReduceOp::Max => Op::Max,
     };
     (elem, op)
-}
-
-/// Half-precision bytes widened to f32 bytes (other dtypes are returned as they are).
-fn widen(dtype: DType, data: &[u8]) -> Option<Vec<u8>> {
-    let to_f32: fn([u8; 2]) -> f32 = match dtype {
-        DType::F16 => |b| f16::from_le_bytes(b).to_f32(),
-        DType::Bf16 => |b| bf16::from_le_bytes(b).to_f32(),
-        _ => return None,
-    };
-    Some(
-        data.par_chunks_exact(2)
-            .flat_map_iter(|c| to_f32([c[0], c[1]]).to_le_bytes())
-            .collect(),
-    )
 }
 
 /// f32 bytes narrowed back into half-precision `out`.
@@ -138,13 +125,13 @@ impl Cpu<'_> {
         f: impl FnOnce(&[u8], &mut [u8], Elem, Op) -> Result<()>,
     ) -> Result<()> {
         let (elem, mpi) = mpi_op(dtype, op);
-        match widen(dtype, send) {
-            Some(wide) => {
+        match local::widen(dtype, send) {
+            Cow::Owned(wide) => {
                 let mut out = vec![0u8; recv.len() * 2];
                 f(&wide, &mut out, elem, mpi)?;
                 narrow(dtype, &out, recv);
             }
-            None => f(send, recv, elem, mpi)?,
+            Cow::Borrowed(_) => f(send, recv, elem, mpi)?,
         }
         if divide_here && op == ReduceOp::Avg {
             divide(dtype, recv, self.ranks());
