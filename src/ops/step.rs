@@ -23,6 +23,12 @@ pub fn local_bytes(state: &TensorState, ranks: u64, rank: u64) -> usize {
 pub struct Movement {
     ex: Exchange,
     elem: usize,
+    /// Where each peer's part lies in what is sent (the source piece when direct, else the
+    /// packed send buffer) and in what receives (the destination piece or the receive buffer).
+    to: Parts,
+    from: Parts,
+    /// The rank's own part travels with the others (both ends direct and contiguous).
+    own_in_exchange: bool,
 }
 
 impl Movement {
@@ -43,9 +49,36 @@ impl Movement {
             shape: &from.shape,
             layout: from.layout,
         };
+        let elem = from.dtype.size() as usize;
+        let ex = exchange::plan(side, to, ranks, rank);
+        let parts = |counts: &[usize], direct: &Option<Vec<usize>>| match direct {
+            Some(displs) => Parts {
+                counts: counts.to_vec(),
+                displs: displs.clone(),
+            },
+            None => Parts::packed(counts),
+        };
+        let mut to = parts(&ex.send_counts, &ex.direct_send);
+        let mut from = parts(&ex.recv_counts, &ex.direct_recv);
+        let own = match (&ex.direct_send, &ex.direct_recv, ex.direct_local) {
+            (Some(_), Some(_), Some(own)) if ranks > 1 => Some(own),
+            _ => None,
+        };
+        if let Some((s, d, n)) = own {
+            let me = rank as usize;
+            (
+                to.counts[me],
+                to.displs[me],
+                from.counts[me],
+                from.displs[me],
+            ) = (n, s, n, d);
+        }
         Movement {
-            ex: exchange::plan(side, to, ranks, rank),
-            elem: from.dtype.size() as usize,
+            elem,
+            ex,
+            to,
+            from,
+            own_in_exchange: own.is_some(),
         }
     }
 
@@ -60,48 +93,21 @@ impl Movement {
         out: &mut B::Buf,
     ) -> Result<()> {
         let ex = &self.ex;
-        let me = b.rank();
-        // With both ends direct, the rank's own part travels in the same exchange.
-        let own = match (&ex.direct_send, &ex.direct_recv, ex.direct_local) {
-            (Some(_), Some(_), Some(local)) if b.ranks() > 1 => Some(local),
-            _ => None,
-        };
         if b.ranks() > 1 {
-            let packed_to = Parts::packed(&ex.send_counts);
-            let packed_from = Parts::packed(&ex.recv_counts);
-            let mut to = ex.direct_send.as_ref().map(|d| Parts {
-                counts: ex.send_counts.clone(),
-                displs: d.clone(),
-            });
-            let mut from = ex.direct_recv.as_ref().map(|d| Parts {
-                counts: ex.recv_counts.clone(),
-                displs: d.clone(),
-            });
-            if let (Some((s, d, n)), Some(to), Some(from)) = (own, to.as_mut(), from.as_mut()) {
-                (
-                    to.counts[me],
-                    to.displs[me],
-                    from.counts[me],
-                    from.displs[me],
-                ) = (n, s, n, d);
-            }
-            let source = match &to {
-                Some(_) => src,
-                None => {
-                    b.copy_runs(src, send, &ex.pack, self.elem);
-                    &*send
-                }
+            let source = if ex.direct_send.is_some() {
+                src
+            } else {
+                b.copy_runs(src, send, &ex.pack, self.elem);
+                &*send
             };
-            let to = to.as_ref().unwrap_or(&packed_to);
-            match &from {
-                Some(from) => b.all_to_all_v(source, to, out, from, self.elem)?,
-                None => {
-                    b.all_to_all_v(source, to, recv, &packed_from, self.elem)?;
-                    b.copy_runs(recv, out, &ex.unpack, self.elem);
-                }
+            if ex.direct_recv.is_some() {
+                b.all_to_all_v(source, &self.to, out, &self.from, self.elem)?;
+            } else {
+                b.all_to_all_v(source, &self.to, recv, &self.from, self.elem)?;
+                b.copy_runs(recv, out, &ex.unpack, self.elem);
             }
         }
-        if own.is_none() {
+        if !self.own_in_exchange {
             b.copy_runs(src, out, &ex.local, self.elem);
         }
         Ok(())
@@ -154,7 +160,7 @@ impl<B: Backend> Staged<B> {
 
 enum Kernel {
     /// An exchange (redistribute, all_gather, gather, scatter, all_to_all).
-    Move(Movement),
+    Move(Box<Movement>),
     AllReduce(ReduceOp),
     Reduce(ReduceOp, usize),
     /// The send buffer packing, then the reduction.
@@ -211,7 +217,7 @@ impl<B: Backend> Prepared<B> {
                 let m = Movement::new(input, output, ranks, rank);
                 let (send, recv) = m.buffers(b)?;
                 scratch.extend([send, recv]);
-                (Kernel::Move(m), None)
+                (Kernel::Move(Box::new(m)), None)
             }
             Step::AllReduce(s) => (Kernel::AllReduce(s.reduce), relayout(b)?),
             Step::Reduce(s) => (Kernel::Reduce(s.reduce, s.root as usize), relayout(b)?),
