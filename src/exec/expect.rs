@@ -107,13 +107,14 @@ impl Source<'_> {
         let n: u64 = local.iter().product();
         let mut out = vec![0u8; n as usize * size];
         let mut idx = vec![0u64; local.len()];
+        // Fastest axis first in the piece's storage order.
+        let axes: Vec<usize> = match state.layout {
+            Layout::C => (0..local.len()).rev().collect(),
+            Layout::F => (0..local.len()).collect(),
+        };
         for k in 0..n {
             // idx: k as a multi-index in the piece's storage order.
             let mut rest = k;
-            let axes: Vec<usize> = match state.layout {
-                Layout::C => (0..local.len()).rev().collect(),
-                Layout::F => (0..local.len()).collect(),
-            };
             for &a in &axes {
                 idx[a] = rest % local[a];
                 rest /= local[a];

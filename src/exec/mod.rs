@@ -52,6 +52,20 @@ pub struct StepRecord {
     pub check: Option<Comparison>,
 }
 
+impl StepRecord {
+    /// The fastest, median and slowest timed run, in seconds (zeros when none ran).
+    pub fn min_median_max(&self) -> (f64, f64, f64) {
+        let mut sorted = self.times.clone();
+        sorted.sort_by(f64::total_cmp);
+        let at = |i: usize| sorted.get(i).copied().unwrap_or(0.0);
+        (
+            at(0),
+            at(sorted.len() / 2),
+            at(sorted.len().saturating_sub(1)),
+        )
+    }
+}
+
 /// Everything a finished run hands to the writer.
 pub struct Outcome<B: Backend> {
     /// Per step.

@@ -65,9 +65,7 @@ impl Progress {
         if let Some(bar) = self.bar.borrow_mut().take() {
             bar.finish_and_clear();
         }
-        let mut sorted = record.times.clone();
-        sorted.sort_by(f64::total_cmp);
-        let median = sorted.get(sorted.len() / 2).copied().unwrap_or(0.0);
+        let (_, median, _) = record.min_median_max();
         let mut line = format!(
             "distrun: {} ({}): median {:.3} ms",
             record.name,

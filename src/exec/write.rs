@@ -179,9 +179,7 @@ fn manifest<B: Backend>(
         .iter()
         .zip(&plan.steps)
         .map(|(s, planned)| {
-            let mut sorted = s.times.clone();
-            sorted.sort_by(f64::total_cmp);
-            let median = sorted.get(sorted.len() / 2).copied().unwrap_or(0.0);
+            let (min, median, max) = s.min_median_max();
             let bw = s.bandwidth.filter(|_| median > 0.0).map(|(bytes, factor)| {
                 let alg = bytes / median / 1e9;
                 (alg, alg * factor)
@@ -192,11 +190,7 @@ fn manifest<B: Backend>(
                 algorithm: planned.algorithm.map(str::to_string),
                 iterations: s.times.len() as u64,
                 warmup: u64::from(s.warmup),
-                time_s: TimeStats {
-                    min: sorted.first().copied().unwrap_or(0.0),
-                    median,
-                    max: sorted.last().copied().unwrap_or(0.0),
-                },
+                time_s: TimeStats { min, median, max },
                 tflops: s.flops.filter(|_| median > 0.0).map(|f| f / median / 1e12),
                 algbw_gbs: bw.map(|b| b.0),
                 busbw_gbs: bw.map(|b| b.1),
