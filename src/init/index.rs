@@ -72,6 +72,23 @@ impl IndexMap {
         self.local.iter().product()
     }
 
+    /// True when the piece has no elements (an axis of extent 0).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// C-order strides of the global shape: `global_linear` is `sum(coords[a][idx[a]] *
+    /// strides[a])`.
+    pub fn strides(&self) -> &[u64] {
+        &self.strides
+    }
+
+    /// The local axes in storage order, fastest varying first (C: last axis first; F: first
+    /// axis first): local offset `k` has `idx[order[0]] = k % local[order[0]]`, and so on.
+    pub fn order(&self) -> &[usize] {
+        &self.order
+    }
+
     /// The C-order global linear index of local index `idx`.
     pub fn global_linear(&self, idx: &[u64]) -> u64 {
         idx.iter()

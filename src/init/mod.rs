@@ -49,11 +49,26 @@
 //! | complex | re `2i`, im `2i + 1`     | re `z(4i)`, im `z(4i + 2)`              |
 //!
 //! i.e. part `lane` (0 = re, 1 = im) of a complex element uses counter `2i + lane` (uniform) or
-//! the pair `4i + 2 lane, 4i + 2 lane + 1` (normal). `log`, `cos` and `sqrt` are the C library's
-//! double functions; `sqrt` is correctly rounded everywhere, `log` and `cos` need not be, so a
-//! GPU port matches to within an ulp of f64 (and is exact after rounding to f32 or narrower in
-//! nearly every element) unless it uses correctly rounded versions on both sides.
+//! the pair `4i + 2 lane, 4i + 2 lane + 1` (normal). `sqrt` is IEEE's (correctly rounded);
+//! `log` and `cos` are not the C library's (which differ between libraries, CPUs with and
+//! without FMA, and the GPU) but [`fdlibm::ln`] and [`fdlibm::cos`]: fdlibm's algorithms (as in
+//! FreeBSD's msun and musl; within 1 ulp), written out as separately rounded f64 operations, so
+//! that every machine computes the same bits.
+//!
+//! # Where pieces are made
+//!
+//! [`local_piece`] says where a rank's piece comes from ([`Piece`]): nothing, a [`Generator`]
+//! over an [`IndexMap`] (the piece's global coordinates per axis), or bytes read from an `npy`
+//! file on the host. The run loop hands generated pieces to the backend
+//! (`Backend::generate`): the CPU backend runs [`generate`] (rayon), the GPU backend an NVRTC
+//! kernel (`backend/cuda/fill.rs`, compiled with `--fmad=false`, one thread per element) that
+//! evaluates the formulas above with separately rounded `__dadd_rn`/`__dmul_rn`/`__ddiv_rn`/
+//! `__dsqrt_rn` (and the same [`fdlibm`] `log` and `cos`, operation for operation), and stores
+//! with [`encode`]'s conversions, so every generated init is bit for bit the host's.
+//! `npy` pieces are read on the host and copied to the device. [`fill_local`] gives the host
+//! bytes of any piece (the checks' expected values, computed on the host for either backend).
 
+pub mod fdlibm;
 mod fill;
 mod index;
 mod npy;
@@ -64,18 +79,67 @@ mod value;
 #[cfg(test)]
 mod tests;
 
+pub use fill::generate;
+pub use index::IndexMap;
 pub use rng::{bits, key, splitmix64, std_normal, unit};
 pub use scalar::{Scalar, decode, encode};
-pub use value::{Generator, init_value};
+pub use value::{GenKind, Generator, GeneratorParts, init_value};
 
 use crate::plan::resolve::TensorState;
-use crate::spec::tensor::Init;
-use index::IndexMap;
+use crate::spec::tensor::{DType, Init};
 use std::path::Path;
 
-/// The piece of rank `rank` (of `ranks`) of tensor `name`, as created by `init`: its
-/// distribution, shape, dtype and layout are `state`'s; an `npy` path is relative to
-/// `spec_dir`. Empty when the rank holds nothing.
+/// Where a rank's piece of an init comes from: computed by the backend (on the GPU for
+/// `device = "cuda"`), read from a file on the host, or nothing.
+#[derive(Debug)]
+pub enum Piece {
+    /// The rank holds nothing (an empty piece).
+    Empty,
+    /// Every element computed by the generator at its global index, as the map gives it.
+    Generated(Generator, IndexMap),
+    /// The piece's bytes, read on the host (`npy`).
+    Read(Vec<u8>),
+}
+
+impl Piece {
+    /// The piece's bytes, generated on the host.
+    pub fn into_bytes(self, dtype: DType) -> Vec<u8> {
+        match self {
+            Piece::Empty => Vec::new(),
+            Piece::Generated(generator, map) => fill::generate(&generator, dtype, &map),
+            Piece::Read(bytes) => bytes,
+        }
+    }
+}
+
+/// Where the piece of rank `rank` (of `ranks`) of tensor `name`, as created by `init`, comes
+/// from: its distribution, shape, dtype and layout are `state`'s; an `npy` path is relative to
+/// `spec_dir` and is read now.
+pub fn local_piece(
+    init: &Init,
+    seed: u64,
+    name: &str,
+    spec_dir: &Path,
+    state: &TensorState,
+    ranks: u64,
+    rank: u64,
+) -> anyhow::Result<Piece> {
+    let Some(map) = IndexMap::new(state, ranks, rank) else {
+        return Ok(Piece::Empty);
+    };
+    match (init, Generator::new(init, seed, name, state.dtype)) {
+        (_, Some(generator)) => Ok(Piece::Generated(generator, map)),
+        (Init::Npy(path), None) => Ok(Piece::Read(npy::read_local(
+            &spec_dir.join(path),
+            state,
+            &map,
+        )?)),
+        (_, None) => unreachable!("only npy has no generator"),
+    }
+}
+
+/// The bytes of the piece of rank `rank` (of `ranks`) of tensor `name`, as created by `init`,
+/// computed on the host (see [`local_piece`]). Empty when the rank holds nothing.
 pub fn fill_local(
     init: &Init,
     seed: u64,
@@ -85,12 +149,5 @@ pub fn fill_local(
     ranks: u64,
     rank: u64,
 ) -> anyhow::Result<Vec<u8>> {
-    let Some(map) = IndexMap::new(state, ranks, rank) else {
-        return Ok(Vec::new());
-    };
-    match (init, Generator::new(init, seed, name, state.dtype)) {
-        (_, Some(generator)) => Ok(fill::generate(&generator, state.dtype, &map)),
-        (Init::Npy(path), None) => npy::read_local(&spec_dir.join(path), state, &map),
-        (_, None) => unreachable!("only npy has no generator"),
-    }
+    Ok(local_piece(init, seed, name, spec_dir, state, ranks, rank)?.into_bytes(state.dtype))
 }

@@ -1,5 +1,6 @@
 //! The counter-based generator (defined exactly in the [module docs](super)).
 
+use super::fdlibm;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// The 64-bit golden-ratio constant used by SplitMix64.
@@ -30,9 +31,10 @@ pub fn unit(key: u64, counter: u64) -> f64 {
 }
 
 /// A standard normal by Box-Muller from counters `c` and `c + 1`:
-/// `sqrt(-2 ln(1 - u1)) * cos(2 pi u2)`, every operation rounded separately in f64.
+/// `sqrt(-2 ln(1 - u1)) * cos(2 pi u2)`, every operation rounded separately in f64, `ln` and
+/// `cos` the [`fdlibm`] ones (the same bits on every CPU and GPU).
 pub fn std_normal(key: u64, c: u64) -> f64 {
     let u1 = unit(key, c);
     let u2 = unit(key, c.wrapping_add(1));
-    (-2.0 * (1.0 - u1).ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+    (-2.0 * fdlibm::ln(1.0 - u1)).sqrt() * fdlibm::cos(std::f64::consts::TAU * u2)
 }

@@ -8,17 +8,50 @@ use crate::spec::tensor::{DType, Init};
 /// rehashing the name.
 #[derive(Debug, Clone, Copy)]
 pub struct Generator {
-    kind: Kind,
+    kind: GenKind,
     key: u64,
     complex: bool,
 }
 
-#[derive(Debug, Clone, Copy)]
-enum Kind {
+/// The formula of a generated init, with its parameters (see the [module docs](super)).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum GenKind {
+    /// Every element is the value.
     Constant(f64),
-    Arange { start: f64, step: f64 },
-    Uniform { low: f64, high: f64 },
-    Normal { mean: f64, std: f64 },
+    /// `start + step * i`.
+    Arange {
+        /// The value of element 0.
+        start: f64,
+        /// The difference between neighbours.
+        step: f64,
+    },
+    /// `low + (high - low) * u(c)`.
+    Uniform {
+        /// The lower bound (included).
+        low: f64,
+        /// The upper bound.
+        high: f64,
+    },
+    /// `mean + std * z(c)`.
+    Normal {
+        /// The mean.
+        mean: f64,
+        /// The standard deviation.
+        std: f64,
+    },
+}
+
+/// What a device kernel needs to reproduce a [`Generator`]: its formula, the tensor's stream key
+/// and whether the dtype is complex (which picks the counters).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GeneratorParts {
+    /// The formula and its parameters.
+    pub kind: GenKind,
+    /// The stream key: [`key`](super::key) of the job's seed and the tensor's name.
+    pub key: u64,
+    /// True for c64 and c128: part `lane` of element `i` uses counters from `2i + lane`
+    /// (uniform) or `4i + 2 lane` (normal).
+    pub complex: bool,
 }
 
 impl Generator {
@@ -26,18 +59,18 @@ impl Generator {
     /// generated.
     pub fn new(init: &Init, seed: u64, name: &str, dtype: DType) -> Option<Self> {
         let kind = match init {
-            Init::Zeros => Kind::Constant(0.0),
-            Init::Ones => Kind::Constant(1.0),
-            Init::Fill(v) => Kind::Constant(*v),
-            Init::Arange(a) => Kind::Arange {
+            Init::Zeros => GenKind::Constant(0.0),
+            Init::Ones => GenKind::Constant(1.0),
+            Init::Fill(v) => GenKind::Constant(*v),
+            Init::Arange(a) => GenKind::Arange {
                 start: a.start,
                 step: a.step,
             },
-            Init::Uniform(u) => Kind::Uniform {
+            Init::Uniform(u) => GenKind::Uniform {
                 low: u.low,
                 high: u.high,
             },
-            Init::Normal(n) => Kind::Normal {
+            Init::Normal(n) => GenKind::Normal {
                 mean: n.mean,
                 std: n.std,
             },
@@ -50,29 +83,39 @@ impl Generator {
         })
     }
 
+    /// Its formula, stream key and complexness, for code that computes the values elsewhere
+    /// (the GPU's fill kernel).
+    pub fn parts(&self) -> GeneratorParts {
+        GeneratorParts {
+            kind: self.kind,
+            key: self.key,
+            complex: self.complex,
+        }
+    }
+
     /// True when every element has the same value.
     pub fn is_constant(&self) -> bool {
-        matches!(self.kind, Kind::Constant(_))
+        matches!(self.kind, GenKind::Constant(_))
     }
 
     /// The value of the element at C-order global linear index `i`.
     pub fn value(&self, i: u64) -> Scalar {
         let key = self.key;
         match (self.kind, self.complex) {
-            (Kind::Constant(v), _) => Scalar::Real(v),
-            (Kind::Arange { start, step }, _) => Scalar::Real(start + step * i as f64),
-            (Kind::Uniform { low, high }, false) => Scalar::Real(uniform(key, i, low, high)),
-            (Kind::Uniform { low, high }, true) => {
+            (GenKind::Constant(v), _) => Scalar::Real(v),
+            (GenKind::Arange { start, step }, _) => Scalar::Real(start + step * i as f64),
+            (GenKind::Uniform { low, high }, false) => Scalar::Real(uniform(key, i, low, high)),
+            (GenKind::Uniform { low, high }, true) => {
                 let c = i.wrapping_mul(2);
                 Scalar::Complex(
                     uniform(key, c, low, high),
                     uniform(key, c.wrapping_add(1), low, high),
                 )
             }
-            (Kind::Normal { mean, std }, false) => {
+            (GenKind::Normal { mean, std }, false) => {
                 Scalar::Real(mean + std * rng::std_normal(key, i.wrapping_mul(2)))
             }
-            (Kind::Normal { mean, std }, true) => {
+            (GenKind::Normal { mean, std }, true) => {
                 let c = i.wrapping_mul(4);
                 Scalar::Complex(
                     mean + std * rng::std_normal(key, c),

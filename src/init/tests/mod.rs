@@ -1,6 +1,7 @@
 //! Tests of the init module, each piece checked against an independent reading of the
 //! distribution (`Placement::to_global` and `linear_offset` per element).
 
+mod fdlibm;
 mod npy;
 mod scalar;
 mod values;

@@ -2,7 +2,7 @@
 //! fixed points; the statistics of uniform and normal.
 
 use super::{check_pieces, distributions, state};
-use crate::init::{Scalar, encode, fill_local, init_value, key, splitmix64, unit};
+use crate::init::{Scalar, encode, fdlibm, fill_local, init_value, key, splitmix64, unit};
 use crate::spec::tensor::*;
 use std::path::Path;
 
@@ -122,7 +122,8 @@ fn the_generator_matches_its_definition() {
         Some(Scalar::Real(2.0 + 4.0 * unit(k, 5)))
     );
     let z = |c: u64| {
-        (-2.0 * (1.0 - unit(k, c)).ln()).sqrt() * (std::f64::consts::TAU * unit(k, c + 1)).cos()
+        (-2.0 * fdlibm::ln(1.0 - unit(k, c))).sqrt()
+            * fdlibm::cos(std::f64::consts::TAU * unit(k, c + 1))
     };
     let n = Init::Normal(Normal {
         mean: 1.0,
