@@ -1,7 +1,7 @@
 //! The CPU backend: host buffers, copies in parallel with rayon, communication through MPI (or
 //! nothing, for one rank).
 
-use super::Backend;
+use super::{Backend, Out};
 use crate::ops::exchange::Run;
 use crate::ops::fft::local as fft;
 use crate::ops::matmul::{epilog, local};
@@ -142,6 +142,7 @@ impl Cpu<'_> {
 
 impl Backend for Cpu<'_> {
     type Buf = Vec<u8>;
+    type Mark = ();
 
     fn rank(&self) -> usize {
         self.comm.rank()
@@ -211,16 +212,52 @@ impl Backend for Cpu<'_> {
         a: (&Vec<u8>, local::View),
         b: (&Vec<u8>, local::View),
         alpha: (f64, f64),
-        out: &mut Vec<u8>,
+        out: Out<'_, Vec<u8>>,
     ) -> Result<()> {
         let (wa, wb) = (local::widen(dtype, a.0), local::widen(dtype, b.0));
-        local::gemm(
-            local::compute_dtype(dtype),
-            (&wa, a.1),
-            (&wb, b.1),
-            alpha,
-            out,
+        let compute = local::compute_dtype(dtype);
+        let block = local::Block {
+            at: out.at,
+            ld: out.ld,
+            accumulate: out.accumulate,
+        };
+        if out.dtype == compute {
+            local::gemm(compute, (&wa, a.1), (&wb, b.1), alpha, out.buf, block);
+            return Ok(());
+        }
+        // Rounded to the dtype: the product in the compute type first, then its rows placed.
+        anyhow::ensure!(
+            !out.accumulate,
+            "a GEMM accumulates only in its compute type"
         );
+        let (m, n) = (a.1.dims().0, b.1.dims().1);
+        let mut acc = vec![0u8; m * n * compute.size() as usize];
+        let whole = local::Block {
+            at: (0, 0),
+            ld: n,
+            accumulate: false,
+        };
+        local::gemm(compute, (&wa, a.1), (&wb, b.1), alpha, &mut acc, whole);
+        let mut rounded = vec![0u8; m * n * out.dtype.size() as usize];
+        let none = epilog::Addends {
+            c: None,
+            bias: None,
+        };
+        epilog::finish(
+            compute,
+            &acc,
+            n,
+            out.dtype,
+            &none,
+            None,
+            &mut rounded,
+            false,
+        );
+        let size = out.dtype.size() as usize;
+        for (i, row) in rounded.chunks_exact(n * size).enumerate() {
+            let at = ((out.at.0 + i) * out.ld + out.at.1) * size;
+            out.buf[at..at + row.len()].copy_from_slice(row);
+        }
         Ok(())
     }
 
@@ -250,9 +287,14 @@ impl Backend for Cpu<'_> {
         &self,
         precision: DType,
         phase: &fft::Phase,
-        input: &Vec<u8>,
-        output: &mut Vec<u8>,
+        (input, at_in): (&Vec<u8>, usize),
+        (output, at_out): (&mut Vec<u8>, usize),
     ) -> Result<()> {
+        let (n_in, n_out) = phase.bytes(precision.size() as usize);
+        let (input, output) = (
+            &input[at_in..at_in + n_in],
+            &mut output[at_out..at_out + n_out],
+        );
         match precision {
             DType::C64 => fft::run_phase::<f32>(phase, input, output),
             _ => fft::run_phase::<f64>(phase, input, output),
@@ -324,6 +366,14 @@ impl Backend for Cpu<'_> {
         self.comm.broadcast(recv, root)
     }
 
+    fn side(&self, comm: &mut dyn FnMut() -> Result<()>) -> Result<()> {
+        comm()
+    }
+
+    fn wait(&self, _: &()) -> Result<()> {
+        Ok(())
+    }
+
     fn barrier(&self) -> Result<()> {
         self.comm.barrier()
     }
@@ -348,6 +398,15 @@ impl Backend for Cpu<'_> {
 
     fn all_gather_bytes(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
         self.comm.all_gather_bytes(mine)
+    }
+
+    fn generate(
+        &self,
+        generator: &crate::init::Generator,
+        dtype: DType,
+        map: &crate::init::IndexMap,
+    ) -> Result<Vec<u8>> {
+        self.upload(crate::init::generate(generator, dtype, map))
     }
 }
 

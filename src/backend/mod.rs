@@ -4,6 +4,7 @@
 pub mod cpu;
 pub mod cuda;
 
+use crate::init::{Generator, IndexMap};
 use crate::ops::exchange::Run;
 use crate::ops::fft::local::Phase;
 use crate::ops::matmul::epilog::Addends;
@@ -17,6 +18,8 @@ use anyhow::Result;
 pub trait Backend {
     /// A buffer of bytes on the device.
     type Buf;
+    /// The end of a stretch of communication queued by [`Backend::side`].
+    type Mark;
 
     /// This rank.
     fn rank(&self) -> usize;
@@ -27,6 +30,11 @@ pub trait Backend {
 
     /// A device buffer holding `data`.
     fn upload(&self, data: Vec<u8>) -> Result<Self::Buf>;
+    /// A device buffer holding the piece `map` of a generated init, each element `generator`'s
+    /// value at its global index stored in `dtype`: the same bytes as
+    /// [`init::generate`](crate::init::generate), computed where the buffer lives (see the
+    /// [init docs](crate::init)).
+    fn generate(&self, generator: &Generator, dtype: DType, map: &IndexMap) -> Result<Self::Buf>;
     /// The bytes of a device buffer.
     fn download(&self, buf: &Self::Buf) -> Result<Vec<u8>>;
     /// A zeroed buffer of `bytes`.
@@ -37,15 +45,15 @@ pub trait Backend {
     /// Strided element copies from `src` into `dst` (elements of `elem` bytes).
     fn copy_runs(&self, src: &Self::Buf, dst: &mut Self::Buf, runs: &[Run], elem: usize);
 
-    /// `out` (m x n row-major, in `dtype`'s compute type) = `alpha * op(a) @ op(b)`, for pieces
-    /// stored in `dtype`.
+    /// The m x n block of `out` at `out.at` = `alpha * op(a) @ op(b)` (or `+=` when
+    /// `out.accumulate`), for pieces stored in `dtype`.
     fn gemm(
         &self,
         dtype: DType,
         a: (&Self::Buf, View),
         b: (&Self::Buf, View),
         alpha: (f64, f64),
-        out: &mut Self::Buf,
+        out: Out<'_, Self::Buf>,
     ) -> Result<()>;
     /// The product's epilog: `out` (in `dtype`) from `acc` (compute type, `cols` columns) with
     /// the addends and activation; the pre-activation values go to `pre` when given.
@@ -61,13 +69,14 @@ pub trait Backend {
         pre: Option<&mut Self::Buf>,
     ) -> Result<()>;
 
-    /// A local FFT phase on a piece in C order, in complex `precision` (c64 or c128).
+    /// A local FFT phase on a piece in C order, in complex `precision` (c64 or c128), reading
+    /// `input` and writing `output` from the given byte offsets.
     fn fft(
         &self,
         precision: DType,
         phase: &Phase,
-        input: &Self::Buf,
-        output: &mut Self::Buf,
+        input: (&Self::Buf, usize),
+        output: (&mut Self::Buf, usize),
     ) -> Result<()>;
 
     /// Sends each rank its part of `send` and receives each rank's part into `recv`.
@@ -107,6 +116,12 @@ pub trait Backend {
     ) -> Result<()>;
     /// `root`'s `send` (its `recv` when None) into every rank's `recv`.
     fn broadcast(&self, send: Option<&Self::Buf>, recv: &mut Self::Buf, root: usize) -> Result<()>;
+    /// Queues `comm` (data movement) so that it may overlap the computation queued after it: on
+    /// the GPU on a second stream that first waits for the work queued so far. Returns the mark
+    /// [`Backend::wait`] waits for; on the CPU `comm` simply runs.
+    fn side(&self, comm: &mut dyn FnMut() -> Result<()>) -> Result<Self::Mark>;
+    /// Makes the work queued next wait for a [`Backend::side`] stretch to finish.
+    fn wait(&self, mark: &Self::Mark) -> Result<()>;
     /// Waits for every rank.
     fn barrier(&self) -> Result<()>;
     /// Waits for the device to finish queued work.
@@ -121,6 +136,34 @@ pub trait Backend {
     fn max_over_ranks(&self, x: f64) -> Result<f64>;
     /// Every rank's host bytes, by rank (metadata: names, messages).
     fn all_gather_bytes(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>>;
+}
+
+/// Where a GEMM writes: a block of a row-major matrix.
+pub struct Out<'a, T> {
+    /// The matrix's buffer.
+    pub buf: &'a mut T,
+    /// Its element type: the compute type of the operands' dtype, or that dtype (rounded once;
+    /// never accumulated).
+    pub dtype: DType,
+    /// The block's first row and column.
+    pub at: (usize, usize),
+    /// Elements per row of the matrix.
+    pub ld: usize,
+    /// Add to the block instead of overwriting it.
+    pub accumulate: bool,
+}
+
+impl<'a, T> Out<'a, T> {
+    /// The whole of a matrix of `cols` columns, overwritten.
+    pub fn whole(buf: &'a mut T, dtype: DType, cols: usize) -> Self {
+        Out {
+            buf,
+            dtype,
+            at: (0, 0),
+            ld: cols,
+            accumulate: false,
+        }
+    }
 }
 
 /// Element-wise sums of a few host values over the ranks (check statistics).

@@ -112,23 +112,29 @@ fn run_on<B: Backend>(
     Ok(passed)
 }
 
-/// Steps the GPU backend does not run yet.
-fn gpu_unbuilt(loaded: &Loaded) -> Vec<String> {
-    loaded
-        .spec
-        .steps
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| matches!(s, Step::Matmul(_) | Step::Fft(_)))
-        .map(|(i, s)| format!("steps[{i}] ({})", s.op()))
-        .collect()
+/// The libraries a spec's steps need on the GPU: cuBLAS for matmul, cuFFT for FFTs, beside the
+/// driver, NVRTC and NCCL that every GPU run loads.
+fn gpu_libs(loaded: &Loaded) -> Vec<cuda::probe::Lib> {
+    use cuda::probe::Lib;
+    let mut libs = vec![Lib::Driver, Lib::Nvrtc, Lib::Nccl];
+    for step in &loaded.spec.steps {
+        let lib = match step {
+            Step::Matmul(_) => Lib::Cublas,
+            Step::Fft(_) => Lib::Cufft,
+            _ => continue,
+        };
+        if !libs.contains(&lib) {
+            libs.push(lib);
+        }
+    }
+    libs
 }
 
-/// The device every rank runs on: `auto` takes the GPU when its libraries load, a GPU is visible
-/// and every step runs there; rank 0 decides for all.
+/// The device every rank runs on: `auto` takes the GPU when the libraries the spec needs load
+/// and a GPU is visible; rank 0 decides for all.
 fn device(loaded: &Loaded, ctx: &Context) -> Result<Device> {
     let mine = match loaded.spec.runtime.device {
-        Device::Auto if gpu_unbuilt(loaded).is_empty() && cuda::probe::available() => Device::Cuda,
+        Device::Auto if cuda::probe::available(&gpu_libs(loaded)) => Device::Cuda,
         Device::Cuda => Device::Cuda,
         _ => Device::Cpu,
     };
@@ -150,25 +156,12 @@ fn device(loaded: &Loaded, ctx: &Context) -> Result<Device> {
 }
 
 /// What stops a spec before any rank starts: an explicit `cuda` device whose libraries are
-/// missing, or steps the GPU backend does not run yet.
+/// missing (each named, with where it was looked for); nothing runs.
 pub fn preflight(loaded: &Loaded) -> Result<()> {
     if loaded.spec.runtime.device != Device::Cuda {
         return Ok(());
     }
-    cuda::probe::require(&[
-        cuda::probe::Lib::Driver,
-        cuda::probe::Lib::Nvrtc,
-        cuda::probe::Lib::Nccl,
-    ])?;
-    let unbuilt = gpu_unbuilt(loaded);
-    if !unbuilt.is_empty() {
-        bail!(
-            "{} cannot run on device = \"cuda\" yet (the GPU backend runs data movement and \
-             collectives); use device = \"cpu\" or \"auto\"; nothing was run",
-            unbuilt.join(", ")
-        );
-    }
-    Ok(())
+    cuda::probe::require(&gpu_libs(loaded))
 }
 
 fn execute<B: Backend>(
@@ -185,9 +178,18 @@ fn execute<B: Backend>(
     for (name, t) in &spec.tensors {
         let Some(init) = &t.init else { continue };
         let state = plan.tensors[name].state.clone();
-        let data =
-            crate::init::fill_local(init, spec.job.seed, name, &loaded.dir, &state, ranks, rank)?;
-        tensors.insert(name.clone(), (state, b.upload(data)?));
+        let piece =
+            crate::init::local_piece(init, spec.job.seed, name, &loaded.dir, &state, ranks, rank)?;
+        // Generated values are computed where the buffer lives (on the GPU for cuda); npy bytes
+        // are read on the host and copied.
+        let buf = match piece {
+            crate::init::Piece::Empty => b.upload(Vec::new())?,
+            crate::init::Piece::Generated(generator, map) => {
+                b.generate(&generator, state.dtype, &map)?
+            }
+            crate::init::Piece::Read(bytes) => b.upload(bytes)?,
+        };
+        tensors.insert(name.clone(), (state, buf));
         origins.insert(name.clone(), Origin::Init(name.clone()));
     }
     let source = expect::Source {

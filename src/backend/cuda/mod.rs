@@ -1,12 +1,17 @@
 //! The GPU backend: device buffers on one stream per rank, strided copies by an NVRTC kernel,
 //! communication through NCCL (bootstrapped over the process group: rank 0's unique id travels
-//! through MPI), all loaded at run time through cudarc, so the binary builds and runs without
-//! CUDA. Matmul and FFT on the GPU are not built yet: they are refused before a run starts.
+//! through MPI), local GEMMs through cuBLAS, local FFTs through cuFFT and the matmul epilog in an
+//! NVRTC kernel, all loaded at run time through cudarc, so the binary builds and runs without
+//! CUDA (cuBLAS and cuFFT are loaded only by a run that needs them).
 
+mod blas;
 pub mod devmap;
+mod fft;
+mod fill;
+pub mod nvshmem;
 pub mod probe;
 
-use super::Backend;
+use super::{Backend, Out};
 use crate::ops::exchange::Run;
 use crate::ops::fft::local::Phase;
 use crate::ops::matmul::epilog::Addends;
@@ -21,28 +26,84 @@ use cudarc::driver::{
     PushKernelArg,
 };
 use cudarc::nccl::{result as nccl, sys as nccl_sys};
+use std::cell::{Cell, OnceCell, RefCell};
 use std::sync::Arc;
 
 /// The strided-copy kernel: blocks along x take runs, blocks along y 64 KiB chunks of each run,
-/// threads the bytes of a chunk.
+/// threads the elements of a chunk. Contiguous runs move 16 or 4 bytes at a time where both ends
+/// and the length allow, strided ones one whole element at a time.
 const KERNELS: &str = r#"
+template <typename T>
+__device__ void copy_elems(const unsigned char* s, unsigned char* d, unsigned long long lo,
+                           unsigned long long hi, unsigned long long ss, unsigned long long ds) {
+    for (unsigned long long i = lo + threadIdx.x; i < hi; i += blockDim.x)
+        ((T*)d)[i * ds] = ((const T*)s)[i * ss];
+}
+
 extern "C" __global__ void copy_runs(const unsigned char* src, unsigned char* dst,
                                      const unsigned long long* runs, unsigned long long n_runs,
                                      unsigned long long elem) {
     const unsigned long long chunk = 65536;
     for (unsigned long long r = blockIdx.x; r < n_runs; r += gridDim.x) {
         const unsigned long long* q = runs + 5 * r;
+        const unsigned char* s = src + q[0] * elem;
+        unsigned char* d = dst + q[1] * elem;
         unsigned long long bytes = q[2] * elem;
+        bool contiguous = q[2] <= 1 || (q[3] == 1 && q[4] == 1);
         for (unsigned long long c = blockIdx.y * chunk; c < bytes; c += gridDim.y * chunk) {
             unsigned long long end = c + chunk < bytes ? c + chunk : bytes;
-            for (unsigned long long t = c + threadIdx.x; t < end; t += blockDim.x) {
-                unsigned long long i = t / elem, b = t % elem;
-                dst[(q[1] + i * q[4]) * elem + b] = src[(q[0] + i * q[3]) * elem + b];
+            if (contiguous) {
+                unsigned long long a = (unsigned long long)(s + c) | (unsigned long long)(d + c) | (end - c);
+                if ((a & 15) == 0) copy_elems<uint4>(s + c, d + c, 0, (end - c) / 16, 1, 1);
+                else if ((a & 3) == 0) copy_elems<unsigned int>(s + c, d + c, 0, (end - c) / 4, 1, 1);
+                else copy_elems<unsigned char>(s + c, d + c, 0, end - c, 1, 1);
+            } else {
+                unsigned long long lo = c / elem, hi = end / elem;
+                switch (elem) {
+                case 1: copy_elems<unsigned char>(s, d, lo, hi, q[3], q[4]); break;
+                case 2: copy_elems<unsigned short>(s, d, lo, hi, q[3], q[4]); break;
+                case 4: copy_elems<unsigned int>(s, d, lo, hi, q[3], q[4]); break;
+                case 8: copy_elems<unsigned long long>(s, d, lo, hi, q[3], q[4]); break;
+                case 16: copy_elems<uint4>(s, d, lo, hi, q[3], q[4]); break;
+                default:
+                    for (unsigned long long t = c + threadIdx.x; t < end; t += blockDim.x) {
+                        unsigned long long i = t / elem, b = t % elem;
+                        d[i * q[4] * elem + b] = s[i * q[3] * elem + b];
+                    }
+                }
             }
         }
     }
 }
 "#;
+
+/// A launch of one thread per element over `n` elements (grid-stride loops cover the rest).
+fn launch_config(n: u64) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (n.div_ceil(256).clamp(1, 65535 * 8) as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// NVRTC's virtual architecture for the context's GPU (`compute_90` on an H200): the kernels use
+/// conversions (bf16) that older default targets lack.
+fn arch(ctx: &CudaContext) -> Result<&'static str> {
+    let (major, minor) = ctx.compute_capability()?;
+    // Leaked once per process and kernel module: NVRTC's options want a static string.
+    Ok(Box::leak(
+        format!("compute_{major}{minor}").into_boxed_str(),
+    ))
+}
+
+/// The NVRTC kernels of the backend, compiled once per rank.
+struct Kernels {
+    copy: CudaFunction,
+    finish: CudaFunction,
+    conj_copy: CudaFunction,
+    scale_f32: CudaFunction,
+    scale_f64: CudaFunction,
+}
 
 /// A device buffer of `len` bytes (at least one byte is allocated: CUDA refuses empty ones).
 pub struct DevBuf {
@@ -50,12 +111,21 @@ pub struct DevBuf {
     len: usize,
 }
 
-/// One rank's GPU, stream, copy kernel and NCCL communicator.
+/// One rank's GPU, stream, kernels, NCCL communicator, and the cuBLAS handle and cuFFT plans
+/// once used.
 pub struct Cuda<'a> {
     comm: &'a dyn Comm,
     stream: Arc<CudaStream>,
-    copy: CudaFunction,
+    /// The stream of communication that overlaps computation ([`Backend::side`]).
+    side_stream: Arc<CudaStream>,
+    /// Inside a `side` stretch: copies and NCCL calls go to `side_stream`.
+    on_side: Cell<bool>,
+    kernels: Kernels,
     nccl: nccl_sys::ncclComm_t,
+    blas: OnceCell<blas::Handle>,
+    /// Copy-run tables on the GPU, by hash of their contents and length.
+    tables: RefCell<std::collections::HashMap<(u64, usize), CudaSlice<u64>>>,
+    ffts: RefCell<Vec<(DType, Phase, Vec<fft::Plan>)>>,
     name: String,
 }
 
@@ -127,10 +197,32 @@ impl<'a> Cuda<'a> {
         devmap::check_unshared(&placed)?;
         let ctx =
             CudaContext::new(ordinal).with_context(|| format!("cannot open GPU {ordinal}"))?;
+        // One stream per rank: ordering is the stream's, so cudarc's per-buffer events are off.
+        // SAFETY: no buffer exists yet.
+        unsafe { ctx.disable_event_tracking() };
         let stream = ctx.default_stream();
-        let ptx = cudarc::nvrtc::compile_ptx(KERNELS).map_err(|e| anyhow!("NVRTC: {e:?}"))?;
+        // Communication overlapping a GEMM gets the SMs first as the GEMM's blocks retire.
+        let (_, highest) = cudarc::driver::result::stream::get_priority_range()?;
+        let side_stream = if std::env::var("DISTRUN_SIDE_PRIORITY").as_deref() == Ok("0") {
+            ctx.new_stream()?
+        } else {
+            ctx.new_stream_with_priority(highest)?
+        };
+        let source = [KERNELS, blas::KERNELS, fft::KERNELS].concat();
+        let opts = cudarc::nvrtc::CompileOptions {
+            arch: Some(arch(&ctx)?),
+            ..Default::default()
+        };
+        let ptx = cudarc::nvrtc::compile_ptx_with_opts(source, opts)
+            .map_err(|e| anyhow!("NVRTC: {e:?}"))?;
         let module = ctx.load_module(ptx)?;
-        let copy = module.load_function("copy_runs")?;
+        let kernels = Kernels {
+            copy: module.load_function("copy_runs")?,
+            finish: module.load_function("finish")?,
+            conj_copy: module.load_function("conj_copy")?,
+            scale_f32: module.load_function("scale_f32")?,
+            scale_f64: module.load_function("scale_f64")?,
+        };
         // NCCL: rank 0's unique id reaches every rank through the process group.
         let id = if rank == 0 {
             nccl::get_uniqueid().map_err(nccl_err)?
@@ -155,19 +247,35 @@ impl<'a> Cuda<'a> {
         Ok(Cuda {
             comm,
             stream,
-            copy,
+            side_stream,
+            on_side: Cell::new(false),
+            kernels,
             nccl: nccl_comm,
+            blas: OnceCell::new(),
+            tables: RefCell::default(),
+            ffts: RefCell::new(Vec::new()),
             name: format!("cuda:{ordinal} ({name})"),
         })
     }
 
+    /// The stream data movement goes to now: the side stream inside a `side` stretch.
+    fn st(&self) -> &Arc<CudaStream> {
+        if self.on_side.get() {
+            &self.side_stream
+        } else {
+            &self.stream
+        }
+    }
+
     fn raw_stream(&self) -> nccl_sys::cudaStream_t {
-        self.stream.cu_stream() as _
+        self.st().cu_stream() as _
     }
 }
 
 impl Drop for Cuda<'_> {
     fn drop(&mut self) {
+        self.ffts.borrow_mut().clear();
+        self.blas.take();
         // SAFETY: the communicator this backend created, destroyed once.
         unsafe {
             let _ = nccl::comm_destroy(self.nccl);
@@ -177,6 +285,7 @@ impl Drop for Cuda<'_> {
 
 impl Backend for Cuda<'_> {
     type Buf = DevBuf;
+    type Mark = cudarc::driver::CudaEvent;
 
     fn rank(&self) -> usize {
         self.comm.rank()
@@ -229,7 +338,7 @@ impl Backend for Cuda<'_> {
         if contiguous && runs.len() <= 64 {
             for r in runs.iter().filter(|r| r.count > 0) {
                 let (s, d, n) = (r.src * elem, r.dst * elem, r.count * elem);
-                self.stream
+                self.st()
                     .memcpy_dtod(&src.data.slice(s..s + n), &mut dst.data.slice_mut(d..d + n))
                     .expect("a device-to-device copy");
             }
@@ -239,10 +348,18 @@ impl Backend for Cuda<'_> {
             .iter()
             .flat_map(|r| [r.src, r.dst, r.count, r.src_stride, r.dst_stride].map(|x| x as u64))
             .collect();
-        let table = self
-            .stream
-            .clone_htod(&table)
-            .expect("copying a run table to the GPU");
+        // Exchange plans repeat their tables every iteration: each is copied to the GPU once.
+        let bytes: Vec<u8> = table.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let key = (xxhash_rust::xxh3::xxh3_64(&bytes), table.len());
+        let mut tables = self.tables.borrow_mut();
+        let table = match tables.entry(key) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(
+                self.st()
+                    .clone_htod(&table)
+                    .expect("copying a run table to the GPU"),
+            ),
+        };
         let longest = runs.iter().map(|r| r.count * elem).max().unwrap_or(0);
         let chunks = longest.div_ceil(65536).clamp(1, 1024) as u32;
         let (n, elem) = (runs.len() as u64, elem as u64);
@@ -251,11 +368,11 @@ impl Backend for Cuda<'_> {
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut launch = self.stream.launch_builder(&self.copy);
+        let mut launch = self.st().launch_builder(&self.kernels.copy);
         launch
             .arg(&src.data)
             .arg(&mut dst.data)
-            .arg(&table)
+            .arg(&*table)
             .arg(&n)
             .arg(&elem);
         // SAFETY: the runs stay inside both buffers (the exchange plans size them).
@@ -264,30 +381,38 @@ impl Backend for Cuda<'_> {
 
     fn gemm(
         &self,
-        _: DType,
-        _: (&Self::Buf, View),
-        _: (&Self::Buf, View),
-        _: (f64, f64),
-        _: &mut Self::Buf,
+        dtype: DType,
+        a: (&Self::Buf, View),
+        b: (&Self::Buf, View),
+        alpha: (f64, f64),
+        out: Out<'_, Self::Buf>,
     ) -> Result<()> {
-        bail!("matmul on the GPU backend is not built yet")
+        self.gemm_on(dtype, a, b, alpha, out)
     }
 
     fn finish(
         &self,
-        _: DType,
-        _: &Self::Buf,
-        _: usize,
-        _: &Addends<'_, Self::Buf>,
-        _: Option<Epilog>,
-        _: &mut Self::Buf,
-        _: Option<&mut Self::Buf>,
+        dtype: DType,
+        acc: &Self::Buf,
+        cols: usize,
+        add: &Addends<'_, Self::Buf>,
+        epilog: Option<Epilog>,
+        out: &mut Self::Buf,
+        pre: Option<&mut Self::Buf>,
     ) -> Result<()> {
-        bail!("matmul on the GPU backend is not built yet")
+        let compute = crate::ops::matmul::local::compute_dtype(dtype);
+        self.finish_on(dtype, compute, acc, cols, add, epilog, out, pre)
     }
 
-    fn fft(&self, _: DType, _: &Phase, _: &Self::Buf, _: &mut Self::Buf) -> Result<()> {
-        bail!("fft on the GPU backend is not built yet")
+    fn fft(
+        &self,
+        precision: DType,
+        phase: &Phase,
+        input: (&Self::Buf, usize),
+        output: (&mut Self::Buf, usize),
+    ) -> Result<()> {
+        probe::require(&[probe::Lib::Cufft])?;
+        self.fft_phase(precision, phase, input, output)
     }
 
     fn all_to_all_v(
@@ -398,13 +523,36 @@ impl Backend for Cuda<'_> {
         dtype: DType,
         op: ReduceOp,
     ) -> Result<()> {
-        if counts.windows(2).any(|w| w[0] != w[1]) {
-            bail!("a reduce-scatter of unequal blocks is not built on the GPU backend yet");
-        }
         let (t, lanes) = nccl_type(dtype);
         let op = nccl_op(dtype, op)?;
         let (s, _g1) = send.data.device_ptr(&self.stream);
         let (r, _g2) = recv.data.device_ptr_mut(&self.stream);
+        if counts.windows(2).any(|w| w[0] != w[1]) {
+            // Unequal blocks: one reduction per block to its rank, grouped.
+            let size = dtype.size();
+            nccl::group_start().map_err(nccl_err)?;
+            let mut at = 0;
+            for (root, &n) in counts.iter().enumerate() {
+                // SAFETY: block `root` lies inside send; recv holds this rank's block and is
+                // written on the root only.
+                unsafe {
+                    nccl::reduce(
+                        (s + at * size) as _,
+                        r as _,
+                        n * lanes,
+                        t,
+                        op,
+                        root as i32,
+                        self.nccl,
+                        self.raw_stream(),
+                    )
+                }
+                .map_err(nccl_err)?;
+                at += n as u64;
+            }
+            nccl::group_end().map_err(nccl_err)?;
+            return Ok(());
+        }
         // SAFETY: send holds P blocks of counts[0] elements, recv one.
         unsafe {
             nccl::reduce_scatter(
@@ -442,6 +590,20 @@ impl Backend for Cuda<'_> {
         }
         .map_err(nccl_err)?;
         Ok(())
+    }
+
+    fn side(&self, comm: &mut dyn FnMut() -> Result<()>) -> Result<Self::Mark> {
+        let queued = self.stream.record_event(None)?;
+        self.side_stream.wait(&queued)?;
+        self.on_side.set(true);
+        let done = comm();
+        self.on_side.set(false);
+        done?;
+        Ok(self.side_stream.record_event(None)?)
+    }
+
+    fn wait(&self, mark: &Self::Mark) -> Result<()> {
+        Ok(self.stream.wait(mark)?)
     }
 
     fn barrier(&self) -> Result<()> {
@@ -488,5 +650,15 @@ impl Backend for Cuda<'_> {
 
     fn all_gather_bytes(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
         self.comm.all_gather_bytes(mine)
+    }
+
+    fn generate(
+        &self,
+        generator: &crate::init::Generator,
+        dtype: DType,
+        map: &crate::init::IndexMap,
+    ) -> Result<Self::Buf> {
+        let (data, len) = fill::generate(&self.stream, generator, dtype, map)?;
+        Ok(DevBuf { data, len })
     }
 }

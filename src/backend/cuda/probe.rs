@@ -12,6 +12,10 @@ pub enum Lib {
     Nvrtc,
     /// NCCL (libnccl).
     Nccl,
+    /// cuBLAS (libcublas), for matmul.
+    Cublas,
+    /// cuFFT (libcufft), for FFTs.
+    Cufft,
 }
 
 impl Lib {
@@ -20,6 +24,8 @@ impl Lib {
             Lib::Driver => "cuda",
             Lib::Nvrtc => "nvrtc",
             Lib::Nccl => "nccl",
+            Lib::Cublas => "cublas",
+            Lib::Cufft => "cufft",
         }
     }
 
@@ -38,6 +44,8 @@ impl Lib {
             match self {
                 Lib::Driver => cudarc::driver::sys::is_culib_present(),
                 Lib::Nvrtc => cudarc::nvrtc::sys::is_culib_present(),
+                Lib::Cublas => cudarc::cublas::sys::is_culib_present(),
+                Lib::Cufft => cudarc::cufft::sys::is_culib_present(),
                 Lib::Nccl => self
                     .candidates()
                     .iter()
@@ -63,10 +71,9 @@ pub fn require(libs: &[Lib]) -> Result<()> {
     Ok(())
 }
 
-/// True when the GPU backend can start here: the libraries load and a GPU is visible.
-pub fn available() -> bool {
-    require(&[Lib::Driver, Lib::Nvrtc, Lib::Nccl]).is_ok()
-        && cudarc::driver::CudaContext::device_count().is_ok_and(|n| n > 0)
+/// True when the GPU backend can start here with `libs`: they load and a GPU is visible.
+pub fn available(libs: &[Lib]) -> bool {
+    require(libs).is_ok() && cudarc::driver::CudaContext::device_count().is_ok_and(|n| n > 0)
 }
 
 #[cfg(test)]

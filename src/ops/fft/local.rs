@@ -38,6 +38,20 @@ pub struct Phase {
 }
 
 impl Phase {
+    /// Bytes the phase reads and writes, for complex values of `complex_size` bytes (an r2c
+    /// reads reals, a c2r writes them).
+    pub fn bytes(&self, complex_size: usize) -> (usize, usize) {
+        let real = |first: bool| match (first, self.ops.first(), self.ops.last()) {
+            (true, Some(AxisOp::R2c), _) | (false, _, Some(AxisOp::C2r { .. })) => complex_size / 2,
+            _ => complex_size,
+        };
+        let count = |s: &[usize]| s.iter().product::<usize>();
+        (
+            count(&self.shape) * real(true),
+            count(&self.out_shape()) * real(false),
+        )
+    }
+
     /// The piece's shape after the phase.
     pub fn out_shape(&self) -> Vec<usize> {
         let mut s = self.shape.clone();

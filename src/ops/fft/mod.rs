@@ -5,6 +5,7 @@
 //! moves to the output's distribution and layout (the input's slab with `reshape = true`, boxes
 //! for pencils). r2c transforms the last axis first, c2r last, so that it is whole when they run.
 
+mod batched;
 pub mod check;
 pub mod local;
 
@@ -15,6 +16,7 @@ use crate::plan::TensorState;
 use crate::spec::step::{Fft, FftDirection, FftKind, FftNorm};
 use crate::spec::tensor::{Axis, DType, Distribution, Layout};
 use anyhow::Result;
+use batched::Batched;
 use local::{AxisOp, Phase};
 
 /// The slab an FFT works from: 2-D r2c must hold its last axis whole first (x-slabs) and 2-D c2r
@@ -43,13 +45,21 @@ fn slab(axis: usize) -> Distribution {
     Distribution::Slab(Axis::Index(axis as u8))
 }
 
+/// The move from the first phase's slab to the second's.
+enum Transpose<B: Backend> {
+    /// After the whole first phase, in one exchange.
+    Whole(Box<Staged<B>>),
+    /// Batch by batch of x-planes, overlapping the first phase.
+    Batched(Batched<B>),
+}
+
 /// An FFT step ready to run.
 pub struct PreparedFft<B: Backend> {
     precision: DType,
     to_work: Option<Staged<B>>,
     phase1: Phase,
     after1: B::Buf,
-    transpose: Staged<B>,
+    transpose: Transpose<B>,
     phase2: Phase,
     after2: B::Buf,
     to_out: Option<Staged<B>>,
@@ -119,11 +129,14 @@ impl<B: Backend> PreparedFft<B> {
             dist: slab(s1),
             ..middle.clone()
         };
-        let transpose = Staged::new(
-            b,
-            Movement::new(&middle, &transposed, ranks, rank),
-            local_bytes(&transposed, ranks, rank),
-        )?;
+        let transpose = match Batched::new(b, &middle, &phase1)? {
+            Some(p) => Transpose::Batched(p),
+            None => Transpose::Whole(Box::new(Staged::new(
+                b,
+                Movement::new(&middle, &transposed, ranks, rank),
+                local_bytes(&transposed, ranks, rank),
+            )?)),
+        };
         // Phase 2: the axis the first slab split, then c2r's last axis; the norm's scale.
         let mut ops2 = Vec::new();
         if !(step.kind == FftKind::C2r && s0 == last) {
@@ -176,9 +189,24 @@ impl<B: Backend> PreparedFft<B> {
             Some(staged) => staged.run(b, input)?,
             None => input,
         };
-        b.fft(self.precision, &self.phase1, work, &mut self.after1)?;
-        let moved = self.transpose.run(b, &self.after1)?;
-        b.fft(self.precision, &self.phase2, moved, &mut self.after2)?;
+        let moved = match &mut self.transpose {
+            Transpose::Whole(staged) => {
+                b.fft(
+                    self.precision,
+                    &self.phase1,
+                    (work, 0),
+                    (&mut self.after1, 0),
+                )?;
+                staged.run(b, &self.after1)?
+            }
+            Transpose::Batched(p) => p.run(b, self.precision, work, &mut self.after1)?,
+        };
+        b.fft(
+            self.precision,
+            &self.phase2,
+            (moved, 0),
+            (&mut self.after2, 0),
+        )?;
         if let Some(staged) = &mut self.to_out {
             staged.run(b, &self.after2)?;
         }

@@ -190,11 +190,21 @@ pub fn check<B: Backend>(
         let (got, want) = (b.download(&moved)?, b.download(&pre_buf)?);
         let (os, ps) = (out.0.dtype.size() as usize, pre_state.dtype.size() as usize);
         let mut ok = true;
+        let eps_p = pre_state.dtype.epsilon();
         for (g, p) in got.chunks_exact(os).zip(want.chunks_exact(ps)) {
             let g = init::decode(out.0.dtype, g).to_complex().0;
-            let a = activate(step.epilog, init::decode(pre_state.dtype, p).to_complex().0);
+            let p = init::decode(pre_state.dtype, p).to_complex().0;
+            let a = activate(step.epilog, p);
+            // The kept pre-activation is itself rounded: where the activation is steep next to
+            // its value (GELU's tails), that rounding moves the activation by more than an ulp.
+            let moved = [1.0 + eps_p, 1.0 - eps_p]
+                .map(|f| (activate(step.epilog, p * f) - a).abs())
+                .into_iter()
+                .fold(0.0, f64::max);
             ok &= (g - a).abs()
-                <= 2.0 * eps_o.max(out.0.dtype.epsilon()) * a.abs().max(1e-30) + 1e-30;
+                <= 2.0 * eps_o.max(out.0.dtype.epsilon()) * a.abs().max(1e-30)
+                    + 2.0 * moved
+                    + 1e-30;
         }
         passed &= b.max_over_ranks(if ok { 0.0 } else { 1.0 })? == 0.0;
     }

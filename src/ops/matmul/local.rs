@@ -58,6 +58,14 @@ impl View {
         }
     }
 
+    /// The same piece used with the other transpose.
+    pub fn transposed(self) -> Self {
+        View {
+            transpose: !self.transpose,
+            ..self
+        }
+    }
+
     /// Element strides (row, column) of the matrix as used.
     fn strides(&self) -> (isize, isize) {
         let (rs, cs) = match self.layout {
@@ -68,17 +76,44 @@ impl View {
     }
 }
 
-/// `out` (m x n, row-major, compute type) = `alpha * op(a) @ op(b)`, with `a` and `b` in their
-/// compute type.
-pub fn gemm(compute: DType, a: (&[u8], View), b: (&[u8], View), alpha: (f64, f64), out: &mut [u8]) {
+/// Where the local GEMM writes: the block at row `at.0`, column `at.1` of a row-major matrix
+/// of `ld` columns in the compute type, overwritten or added to.
+#[derive(Debug, Clone, Copy)]
+pub struct Block {
+    /// First row and column of the block.
+    pub at: (usize, usize),
+    /// Elements per row of the matrix.
+    pub ld: usize,
+    /// Add the product to the block.
+    pub accumulate: bool,
+}
+
+/// The m x n `block` of `out` (compute type) = (or +=) `alpha * op(a) @ op(b)`, with `a` and
+/// `b` in their compute type.
+pub fn gemm(
+    compute: DType,
+    a: (&[u8], View),
+    b: (&[u8], View),
+    alpha: (f64, f64),
+    out: &mut [u8],
+    block: Block,
+) {
     let (m, k) = a.1.dims();
     let (kb, n) = b.1.dims();
     assert_eq!(k, kb, "inner dimensions of the local pieces");
+    let dims = (m, n, k);
     match compute {
-        DType::F32 => run::<f32>(a, b, alpha.0 as f32, out, m, n, k),
-        DType::F64 => run::<f64>(a, b, alpha.0, out, m, n, k),
-        DType::C64 => run::<c32>(a, b, c32::new(alpha.0 as f32, alpha.1 as f32), out, m, n, k),
-        DType::C128 => run::<c64>(a, b, c64::new(alpha.0, alpha.1), out, m, n, k),
+        DType::F32 => run::<f32>(a, b, alpha.0 as f32, out, block, dims),
+        DType::F64 => run::<f64>(a, b, alpha.0, out, block, dims),
+        DType::C64 => run::<c32>(
+            a,
+            b,
+            c32::new(alpha.0 as f32, alpha.1 as f32),
+            out,
+            block,
+            dims,
+        ),
+        DType::C128 => run::<c64>(a, b, c64::new(alpha.0, alpha.1), out, block, dims),
         other => unreachable!("no GEMM computes in {other}"),
     }
 }
@@ -101,42 +136,77 @@ fn typed<T: Copy>(bytes: &[u8]) -> Cow<'_, [T]> {
     }
 }
 
-fn run<T: ComplexField + Copy + Default>(
+fn run<T: ComplexField + Copy + Default + std::ops::Add<Output = T>>(
     a: (&[u8], View),
     b: (&[u8], View),
     alpha: T,
     out: &mut [u8],
-    m: usize,
-    n: usize,
-    k: usize,
+    block: Block,
+    (m, n, k): (usize, usize, usize),
 ) {
+    if m == 0 || n == 0 {
+        return;
+    }
     let (lhs, rhs) = (typed::<T>(a.0), typed::<T>(b.0));
     let (a_rs, a_cs) = a.1.strides();
     let (b_rs, b_cs) = b.1.strides();
-    let mut dst = vec![T::default(); m * n];
-    if m > 0 && n > 0 {
-        // SAFETY: the views describe `lhs` and `rhs` exactly (their strides stay inside the
-        // slices), and `dst` holds m x n row-major.
-        let (l, r, d) = unsafe {
-            (
-                MatRef::<T>::from_raw_parts(lhs.as_ptr(), m, k, a_rs, a_cs),
-                MatRef::<T>::from_raw_parts(rhs.as_ptr(), k, n, b_rs, b_cs),
-                MatMut::<T>::from_raw_parts_mut(dst.as_mut_ptr(), m, n, n as isize, 1),
-            )
-        };
-        let par = Par::rayon(0);
-        use faer::linalg::matmul::matmul;
-        match (a.1.conjugate, b.1.conjugate) {
-            (false, false) => matmul(d, Accum::Replace, l, r, alpha, par),
-            (true, false) => matmul(d, Accum::Replace, l.conjugate(), r, alpha, par),
-            (false, true) => matmul(d, Accum::Replace, l, r.conjugate(), alpha, par),
-            (true, true) => matmul(d, Accum::Replace, l.conjugate(), r.conjugate(), alpha, par),
+    let size = std::mem::size_of::<T>();
+    let base = block.at.0 * block.ld + block.at.1;
+    assert!(
+        (base + (m - 1) * block.ld + n) * size <= out.len(),
+        "the block lies inside the output"
+    );
+    // SAFETY: T is plain data: any bit pattern is valid.
+    let (head, body, _) = unsafe { out.align_to_mut::<T>() };
+    let aligned = head.is_empty();
+    // An unaligned output (rare for a Vec<u8>) takes the product in a buffer of its own.
+    let mut own = if aligned {
+        Vec::new()
+    } else {
+        vec![T::default(); m * n]
+    };
+    let (dst_ptr, dst_ld) = if aligned {
+        // SAFETY: base stays inside `body` (asserted above).
+        (unsafe { body.as_mut_ptr().add(base) }, block.ld)
+    } else {
+        (own.as_mut_ptr(), n)
+    };
+    // SAFETY: the views describe `lhs` and `rhs` exactly (their strides stay inside the slices),
+    // and the destination holds m rows of n elements `dst_ld` apart.
+    let (l, r, d) = unsafe {
+        (
+            MatRef::<T>::from_raw_parts(lhs.as_ptr(), m, k, a_rs, a_cs),
+            MatRef::<T>::from_raw_parts(rhs.as_ptr(), k, n, b_rs, b_cs),
+            MatMut::<T>::from_raw_parts_mut(dst_ptr, m, n, dst_ld as isize, 1),
+        )
+    };
+    let accum = if block.accumulate && aligned {
+        Accum::Add
+    } else {
+        Accum::Replace
+    };
+    let par = Par::rayon(0);
+    use faer::linalg::matmul::matmul;
+    match (a.1.conjugate, b.1.conjugate) {
+        (false, false) => matmul(d, accum, l, r, alpha, par),
+        (true, false) => matmul(d, accum, l.conjugate(), r, alpha, par),
+        (false, true) => matmul(d, accum, l, r.conjugate(), alpha, par),
+        (true, true) => matmul(d, accum, l.conjugate(), r.conjugate(), alpha, par),
+    }
+    if !aligned {
+        for (i, row) in own.chunks_exact(n).enumerate() {
+            for (j, &v) in row.iter().enumerate() {
+                let at = (base + i * block.ld + j) * size;
+                let p = out[at..at + size].as_mut_ptr() as *mut T;
+                // SAFETY: `size` bytes inside `out`, read and written unaligned.
+                unsafe {
+                    let old = std::ptr::read_unaligned(p);
+                    let new = if block.accumulate { old + v } else { v };
+                    std::ptr::write_unaligned(p, new);
+                }
+            }
         }
     }
-    let size = std::mem::size_of::<T>();
-    // SAFETY: T is plain data; reading it as bytes is valid.
-    let bytes = unsafe { std::slice::from_raw_parts(dst.as_ptr() as *const u8, dst.len() * size) };
-    out.copy_from_slice(bytes);
 }
 
 #[cfg(test)]
@@ -168,7 +238,12 @@ mod tests {
             conjugate: false,
         };
         let mut out = vec![0u8; 4 * 8];
-        gemm(DType::F64, (&a, va), (&b, vb), (2.0, 0.0), &mut out);
+        let whole = Block {
+            at: (0, 0),
+            ld: 2,
+            accumulate: false,
+        };
+        gemm(DType::F64, (&a, va), (&b, vb), (2.0, 0.0), &mut out, whole);
         let got: Vec<f64> = out
             .chunks_exact(8)
             .map(|c| f64::from_le_bytes(c.try_into().unwrap()))

@@ -10,19 +10,21 @@
 //! 4. `+ beta * c`, the bias and the activation, rounding to the dtype;
 //! 5. moving the result from where the algorithm leaves it to the output's distribution and layout.
 
+mod chunks;
 pub mod epilog;
 pub mod freivalds;
 pub mod local;
 
 use super::exchange::{Custom, Holdings, Side};
 use super::step::{Movement, Staged, local_bytes};
-use crate::backend::Backend;
+use crate::backend::{Backend, Out};
 use crate::dist::Placement;
 use crate::plan::TensorState;
 use crate::plan::matmul::{MatmulChoice, same_dist};
 use crate::spec::step::{Matmul, MatmulAlgorithm};
 use crate::spec::tensor::{Axis, Distribution, Layout};
 use anyhow::Result;
+use chunks::{Chunk, Gathered};
 use local::View;
 
 /// An operand moved (when needed) to the piece the algorithm multiplies.
@@ -121,6 +123,10 @@ pub struct PreparedMatmul<B: Backend> {
     c: Option<Operand<B>>,
     bias: Option<Operand<B>>,
     reduction: Reduction,
+    /// The GEMM in pieces overlapping the movement of their operands; None: one GEMM.
+    chunks: Option<Vec<Chunk<B>>>,
+    /// The GEMM writes the result itself (no reduction, addend or activation follows).
+    direct: bool,
     acc: B::Buf,
     reduced: B::Buf,
     /// Global row of every local row of the product where the algorithm leaves it.
@@ -212,17 +218,56 @@ impl<B: Backend> PreparedMatmul<B> {
                 Reduction::None,
             ),
         };
+        // An operand gathered whole, or SUMMA's panels, arrive in pieces whose GEMMs overlap the
+        // movement of the next (chunks.rs); the operand itself then stays where it is.
+        let gathers = |t: &Target, s: &TensorState| {
+            matches!(t, Target::Dist(Distribution::Replicated))
+                && !same_dist(&Distribution::Replicated, &s.dist)
+        };
+        let (gather_a, gather_b) = (gathers(&target_a, sa), gathers(&target_b, sb));
+        let summa = choice.algorithm == MatmulAlgorithm::Summa;
+        let stay = |s: &TensorState| Target::Dist(s.dist.clone());
+        let (target_a, target_b) = match (summa, gather_a, gather_b) {
+            (true, _, _) => (stay(sa), stay(sb)),
+            (false, true, false) => (stay(sa), target_b),
+            (false, false, true) => (target_a, stay(sb)),
+            _ => (target_a, target_b),
+        };
         let a = Operand::new(b, sa, target_a, ta, step.conjugate_a)?;
         let bop = Operand::new(b, sb, target_b, tb, step.conjugate_b)?;
-        let (m_loc, _) = a.view.dims();
-        let (_, n_loc) = bop.view.dims();
-        let compute = local::compute_dtype(sa.dtype);
-        let csize = compute.size() as usize;
-        let acc = b.zeros(m_loc * n_loc * csize)?;
-        let natural_state = TensorState {
-            dist: natural.clone(),
-            layout: Layout::C,
-            ..out.clone()
+        let chunks = match (summa, gather_a, gather_b) {
+            (true, _, _) => Some(chunks::summa(b, sa, sb)?),
+            (false, true, false) => {
+                chunks::ring(b, Gathered::A, sa, (ta, step.conjugate_a), bop.view)?
+            }
+            (false, false, true) => {
+                chunks::ring(b, Gathered::B, sb, (tb, step.conjugate_b), a.view)?
+            }
+            _ => None,
+        };
+        // An operand that cannot arrive in pieces is gathered whole, as planned.
+        let (a, bop) = match (&chunks, gather_a || summa, gather_b || summa) {
+            (None, true, _) => (
+                Operand::new(
+                    b,
+                    sa,
+                    Target::Dist(Distribution::Replicated),
+                    ta,
+                    step.conjugate_a,
+                )?,
+                bop,
+            ),
+            (None, _, true) => (
+                a,
+                Operand::new(
+                    b,
+                    sb,
+                    Target::Dist(Distribution::Replicated),
+                    tb,
+                    step.conjugate_b,
+                )?,
+            ),
+            _ => (a, bop),
         };
         let natural_intervals = Placement::new(&natural, &out.shape, ranks).intervals(rank);
         let rows: Vec<u64> = natural_intervals
@@ -232,6 +277,26 @@ impl<B: Backend> PreparedMatmul<B> {
         let cols = natural_intervals.as_ref().map_or(0, |iv| {
             iv[1].iter().map(|(lo, hi)| (hi - lo) as usize).sum()
         });
+        let (m_loc, n_loc) = match &chunks {
+            Some(_) => (rows.len(), cols),
+            None => (a.view.dims().0, bop.view.dims().1),
+        };
+        let compute = local::compute_dtype(sa.dtype);
+        let csize = compute.size() as usize;
+        // Slices of k add up: in place only in the compute type.
+        let direct = matches!(reduction, Reduction::None)
+            && step.c.is_none()
+            && step.bias.is_none()
+            && step.epilog.is_none()
+            && (!summa || chunks.is_none() || compute == sa.dtype);
+        let acc = b.zeros(if direct { 0 } else { m_loc * n_loc * csize })?;
+        // A GEMM that writes the result itself writes it in the result's layout (an F result
+        // is the row-major product of the transposed operands); otherwise row-major.
+        let natural_state = TensorState {
+            dist: natural.clone(),
+            layout: if direct { out.layout } else { Layout::C },
+            ..out.clone()
+        };
         let reduced = match &reduction {
             Reduction::None => b.zeros(0)?,
             _ => b.zeros(rows.len() * cols * csize)?,
@@ -263,7 +328,7 @@ impl<B: Backend> PreparedMatmul<B> {
             _ => None,
         };
         let natural_buf = b.zeros(local_bytes(&natural_state, ranks, rank))?;
-        let to_out = if same_dist(&natural, &out.dist) && out.layout == Layout::C {
+        let to_out = if same_dist(&natural, &out.dist) && out.layout == natural_state.layout {
             None
         } else {
             let m = Movement::to(
@@ -286,6 +351,8 @@ impl<B: Backend> PreparedMatmul<B> {
             c,
             bias,
             reduction,
+            chunks,
+            direct,
             acc,
             reduced,
             rows,
@@ -307,8 +374,61 @@ impl<B: Backend> PreparedMatmul<B> {
         let (va, vb) = (self.a.view, self.b.view);
         let pa = self.a.piece(b, inputs[0])?;
         let pb = self.b.piece(b, inputs[1])?;
-        b.gemm(dtype, (pa, va), (pb, vb), alpha, &mut self.acc)?;
         let compute = local::compute_dtype(dtype);
+        // The GEMM's target: the result itself (in its layout and dtype), or the accumulator.
+        let dims = (self.rows.len(), self.cols);
+        let (target, tdtype, layout, dims) = if self.direct {
+            (&mut self.natural, dtype, self.natural_state.layout, dims)
+        } else {
+            let n = vb.dims().1;
+            let dims = if self.chunks.is_some() {
+                dims
+            } else {
+                (va.dims().0, n)
+            };
+            (&mut self.acc, compute, Layout::C, dims)
+        };
+        match &mut self.chunks {
+            None => gemm_block(
+                b,
+                dtype,
+                (pa, va),
+                (pb, vb),
+                alpha,
+                (target, tdtype, layout, dims),
+                (0, 0),
+                false,
+            )?,
+            Some(chunks) => {
+                let marks = chunks
+                    .iter_mut()
+                    .map(|c| c.fetch(b, inputs[0], inputs[1]))
+                    .collect::<Result<Vec<_>>>()?;
+                for (c, mark) in chunks.iter().zip(&marks) {
+                    if let Some(mark) = mark {
+                        b.wait(mark)?;
+                    }
+                    let ca = c.a.as_ref().map_or(pa, |s| &s.out);
+                    let cb = c.b.as_ref().map_or(pb, |s| &s.out);
+                    gemm_block(
+                        b,
+                        dtype,
+                        (ca, c.va),
+                        (cb, c.vb),
+                        alpha,
+                        (&mut *target, tdtype, layout, dims),
+                        c.at,
+                        c.accumulate,
+                    )?;
+                }
+            }
+        }
+        if self.direct {
+            if let Some(staged) = &mut self.to_out {
+                staged.run(b, &self.natural)?;
+            }
+            return Ok(());
+        }
         let product = match &self.reduction {
             Reduction::None => &self.acc,
             Reduction::Scatter(counts) => {
@@ -392,6 +512,44 @@ impl<B: Backend> PreparedMatmul<B> {
             None => (self.natural, pre),
         }
     }
+}
+
+/// The block at `at` of the product (rows x cols `dims`, stored in `layout`) = (or +=)
+/// `alpha * op(a) @ op(b)`: a column-major product is the row-major product of the transposed
+/// operands.
+#[allow(clippy::too_many_arguments)]
+fn gemm_block<B: Backend>(
+    b: &B,
+    dtype: crate::spec::tensor::DType,
+    (pa, va): (&B::Buf, View),
+    (pb, vb): (&B::Buf, View),
+    alpha: (f64, f64),
+    (buf, tdtype, layout, (rows, cols)): (
+        &mut B::Buf,
+        crate::spec::tensor::DType,
+        Layout,
+        (usize, usize),
+    ),
+    at: (usize, usize),
+    accumulate: bool,
+) -> Result<()> {
+    let (at, ld, first, second) = match layout {
+        Layout::C => (at, cols, (pa, va), (pb, vb)),
+        Layout::F => (
+            (at.1, at.0),
+            rows,
+            (pb, vb.transposed()),
+            (pa, va.transposed()),
+        ),
+    };
+    let out = Out {
+        buf,
+        dtype: tdtype,
+        at,
+        ld,
+        accumulate,
+    };
+    b.gemm(dtype, first, second, alpha, out)
 }
 
 /// Every rank's piece of a tensor in a state, as explicit holdings in `layout`.

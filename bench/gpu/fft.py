@@ -1,0 +1,74 @@
+"""Distributed 3-D FFT on GPUs: distrun on P GPUs beside the single-GPU cuFFT time
+(cupy.fft.fftn), measured in the same command.
+
+    python bench/gpu/fft.py [--bin target/release/distrun] [--ranks 2 4] [--n 1024]
+
+The cuFFTMp wheel is too large to carry to the GPU machine, so the peer is one GPU's cuFFT; the
+targets are P=2 at most the single-GPU time, P=4 at most 0.6x of it.
+"""
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           NCCL_NVLS_ENABLE="0", NVSHMEM_DISABLE_NVLS="1")
+
+
+def single_gpu(n):
+    import cupy as cp
+    x = (cp.random.rand(n, n, n, dtype=cp.float32) + 1j * cp.random.rand(n, n, n, dtype=cp.float32)).astype(cp.complex64)
+    for _ in range(2):
+        y = cp.fft.fftn(x)
+    cp.cuda.Device().synchronize()
+    t0 = time.perf_counter()
+    for _ in range(10):
+        y = cp.fft.fftn(x)
+    cp.cuda.Device().synchronize()
+    t = (time.perf_counter() - t0) / 10
+    del x, y
+    cp.get_default_memory_pool().free_all_blocks()
+    cp.fft.config.get_plan_cache().clear()
+    return t
+
+
+def spec(n, reshape):
+    return (f'[job]\nname = "bench-fft"\n[runtime]\ndevice = "cuda"\n'
+            f'[tensors.x]\nshape = [{n}, {n}, {n}]\ndtype = "c64"\ndistribution = {{ slab = "x" }}\n'
+            'init = { uniform = { low = -1.0, high = 1.0 } }\n'
+            f'[[steps]]\nop = "fft"\ninput = "x"\nout = "y"\nreshape = {str(reshape).lower()}\n'
+            "warmup = 2\niterations = 10\n[output]\ntensors = []\n")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default=str(ROOT / "target/release/distrun"))
+    ap.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
+    ap.add_argument("--n", type=int, default=1024)
+    args = ap.parse_args()
+    work = pathlib.Path(tempfile.mkdtemp())
+    one = single_gpu(args.n)
+    print(f"single-GPU cupy.fft.fftn c64 {args.n}^3: {one * 1e3:.2f} ms", flush=True)
+    print("| GPUs | reshape | distrun ms (median) | min | vs one GPU |")
+    print("| --- | --- | --- | --- | --- |")
+    for p in args.ranks:
+        for reshape in (False, True):
+            path = work / f"fft-{p}-{reshape}.toml"
+            path.write_text(spec(args.n, reshape))
+            out = work / f"run-{p}-{reshape}"
+            r = subprocess.run(["mpiexec", "-n", str(p), args.bin, "run", str(path), "--out", str(out), "-q"],
+                               env=ENV, capture_output=True, text=True)
+            if r.returncode != 0:
+                print(f"| {p} | {reshape} | failed: {r.stderr[-400:]} |")
+                continue
+            t = json.loads((out / "manifest.json").read_text())["steps"][0]["time_s"]
+            print(f"| {p} | {str(reshape).lower()} | {t['median'] * 1e3:.2f} | {t['min'] * 1e3:.2f} | "
+                  f"{t['median'] / one:.2f}x |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+"""Distributed matmul on GPUs: distrun against nvmath-python 0.8 (cuBLASMp 0.7) in the same
+command, and both against the limit (P x the single-GPU cuBLAS rate, measured here with cupy).
+
+    python bench/gpu/matmul.py [--bin target/release/distrun] [--ranks 2 4] [--cases ...]
+
+Needs the nvmath wheels in .tools/wheels (see bench/RESULTS.md); they are installed into a
+temporary directory for the peer only. Prints one table row per case and rank count.
+"""
+import argparse
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           NCCL_NVLS_ENABLE="0", NVSHMEM_DISABLE_NVLS="1")
+# name: (dtype, n, kind, rank counts)
+CASES = {
+    "f16-16384-slab": ("f16", 16384, "slab", (2, 4)),
+    "f16-32768-slab": ("f16", 32768, "slab", (2, 4)),
+    "f32-8192-slab": ("f32", 8192, "slab", (2, 4)),
+    "f16-16384-bc2048": ("f16", 16384, "bc2048", (4,)),
+    "f16-16384-block": ("f16", 16384, "block", (4,)),
+}
+
+
+def spec(dtype, n, kind):
+    init = 'init = { uniform = { low = 0.0, high = 1.0 } }'
+    if kind == "slab":
+        dists, tr = ['{ slab = "y" }', '{ slab = "y" }', '{ slab = "x" }'], "transpose_a = true\n"
+    else:
+        d = "{ block = {} }" if kind == "block" else f"{{ block_cyclic = {{ blocks = [{kind[2:]}, {kind[2:]}] }} }}"
+        dists, tr = [d, d, d], 'algorithm = "summa"\n'
+    t = "".join(
+        f'[tensors.{x}]\nshape = [{n}, {n}]\ndtype = "{dtype}"\nlayout = "F"\ndistribution = {dist}\n'
+        + (init + "\n" if x != "d" else "")
+        for x, dist in zip("abd", dists))
+    return (f'[job]\nname = "bench-matmul"\n[runtime]\ndevice = "cuda"\n{t}'
+            f'[[steps]]\nop = "matmul"\na = "a"\nb = "b"\nout = "d"\n{tr}warmup = 3\niterations = 10\n'
+            "[output]\ntensors = []\n")
+
+
+def distrun(binary, p, dtype, n, kind, work):
+    path = work / f"{dtype}-{n}-{kind}-{p}.toml"
+    path.write_text(spec(dtype, n, kind))
+    out = work / f"run-{path.stem}"
+    r = subprocess.run(["mpiexec", "-n", str(p), binary, "run", str(path), "--out", str(out), "-q"],
+                       env=ENV, capture_output=True, text=True)
+    if r.returncode != 0:
+        return None, r.stderr[-500:]
+    step = json.loads((out / "manifest.json").read_text())["steps"][0]
+    return step["time_s"]["median"], step.get("algorithm")
+
+
+def peer(p, cases):
+    venv = pathlib.Path(sys.executable).resolve().parents[1] / "lib/python3.12/site-packages/nvidia"
+    site = pathlib.Path(tempfile.gettempdir()) / "nvmath-site"
+    if not site.exists():
+        wheels = sorted(str(w) for w in (ROOT / ".tools/wheels").glob("*.whl"))
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
+                        "--target", str(site), *wheels], check=True)
+    libs = [site / "nvidia/cublasmp/cu13/lib", venv / "nccl/lib", venv / "nvshmem/lib", venv / "cu13/lib"]
+    env = dict(ENV, PYTHONPATH=str(site),
+               LD_LIBRARY_PATH=":".join(map(str, libs)) + ":" + os.environ.get("LD_LIBRARY_PATH", ""))
+    args = [f"{name}:{d}:{n}:{k}" for name, (d, n, k, _) in cases]
+    r = subprocess.run(["mpiexec", "-n", str(p), sys.executable, str(ROOT / "bench/gpu/nvmath_matmul.py"), *args],
+                       env=env, capture_output=True, text=True)
+    times = {m[1]: float(m[2]) for m in re.finditer(r"^CASE (\S+) (\S+)$", r.stdout, re.M)}
+    for m in re.finditer(r"^FAIL (\S+) (.*)$", r.stdout, re.M):
+        print(f"peer failed on {m[1]}: {m[2]}")
+    if r.returncode != 0 and not times:
+        print("peer failed:", r.stderr[-800:])
+    return times
+
+
+def single_gpu_rate(dtype, n):
+    import cupy as cp
+    dt = {"f16": cp.float16, "f32": cp.float32, "f64": cp.float64}[dtype]
+    a = cp.random.rand(n, n).astype(dt)
+    b = cp.random.rand(n, n).astype(dt)
+    for _ in range(3):
+        a @ b
+    cp.cuda.Device().synchronize()
+    t0 = time.perf_counter()
+    for _ in range(10):
+        a @ b
+    cp.cuda.Device().synchronize()
+    t = (time.perf_counter() - t0) / 10
+    del a, b
+    cp.get_default_memory_pool().free_all_blocks()
+    return 2 * n**3 / t
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default=str(ROOT / "target/release/distrun"))
+    ap.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
+    ap.add_argument("--cases", nargs="+", default=list(CASES))
+    ap.add_argument("--no-peer", action="store_true")
+    args = ap.parse_args()
+    work = pathlib.Path(tempfile.mkdtemp())
+    limits = {}
+    for name in args.cases:
+        d, n, _, _ = CASES[name]
+        key = (d, min(n, 16384))
+        if key not in limits:
+            limits[key] = single_gpu_rate(*key)
+            print(f"single-GPU cuBLAS {d} {key[1]}^3: {limits[key] / 1e12:.1f} TFLOP/s", flush=True)
+    print("| case | GPUs | algorithm | distrun ms | TFLOP/s | nvmath ms | TFLOP/s | ratio | of limit |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for p in args.ranks:
+        cases = [(c, CASES[c]) for c in args.cases if p in CASES[c][3]]
+        if not cases:
+            continue
+        theirs = {} if args.no_peer else peer(p, [(c, v[:3] + (None,)) for c, v in cases])
+        for name, (d, n, kind, _) in cases:
+            t, alg = distrun(args.bin, p, d, n, kind, work)
+            flops = 2 * n**3
+            if t is None:
+                print(f"| {name} | {p} | failed: {alg} |")
+                continue
+            limit = p * limits[(d, min(n, 16384))]
+            row = f"| {name} | {p} | {alg} | {t * 1e3:.2f} | {flops / t / 1e12:.0f} |"
+            if name in theirs:
+                row += f" {theirs[name] * 1e3:.2f} | {flops / theirs[name] / 1e12:.0f} | {theirs[name] / t:.3f}x |"
+            else:
+                row += " - | - | - |"
+            print(row + f" {flops / t / limit:.0%} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,147 @@
+"""The compute half of scripts/gpu-check: a spec with a matmul for every algorithm and dtype
+(plus epilogs, alpha/beta/c, transposes and conjugates) and FFTs of every kind, precision,
+slab and pencil distribution, and the comparison of two runs of it (GPU and CPU backends)
+within a tolerance from each dtype.
+
+    python3 gpu_check_compute.py spec P > spec.toml
+    python3 gpu_check_compute.py compare CUDA_RUN CPU_RUN     (exit 1 on any difference)
+"""
+import json
+import sys
+
+import numpy as np
+
+M, N, K = 301, 259, 203
+DTYPES = ["f16", "bf16", "f32", "f64", "c64", "c128"]
+ALGORITHMS = [
+    ("local", "{ slab = 0 }", '"replicated"'),
+    ("ag_gemm", "{ slab = 0 }", "{ slab = 1 }"),
+    ("gemm_rs", "{ slab = 1 }", "{ slab = 0 }"),
+    ("gemm_ar", "{ slab = 1 }", "{ slab = 0 }"),
+    ("summa", "{ block_cyclic = { blocks = [32, 48] } }", "{ block_cyclic = { blocks = [48, 16] } }"),
+    ("summa", "{ block = {} }", "{ block = {} }"),
+    ("redistribute", "{ block = {} }", "{ slab = 1 }"),
+]
+# Largest difference from the CPU backend, relative to the largest magnitude, by dtype.
+TOLERANCE = {"f16": 2e-2, "bf16": 3e-2, "f32": 1e-4, "c64": 1e-4, "f64": 1e-10, "c128": 1e-10}
+
+
+def tensor(name, shape, dtype, dist, layout="C", init="{ uniform = { low = -1.0, high = 1.0 } }"):
+    return (f'[tensors.{name}]\nshape = {list(shape)}\ndtype = "{dtype}"\nlayout = "{layout}"\n'
+            f"distribution = {dist}\ninit = {init}\n")
+
+
+def step(**keys):
+    body = "".join(f"{k} = {json.dumps(v) if isinstance(v, (str, bool)) else v}\n" for k, v in keys.items())
+    return "[[steps]]\n" + body + "check = true\n"
+
+
+def boxes(shape, axes, p):
+    """Boxes splitting `axes` of `shape` over a grid of p ranks (2 x p/2, or p x 1)."""
+    grid = (2, p // 2) if p % 2 == 0 and p > 2 else (p, 1)
+    out = []
+    for r in range(p):
+        lo, hi = [0] * len(shape), list(shape)
+        for a, g, i in zip(axes, grid, (r % grid[0], r // grid[0])):
+            lo[a], hi[a] = shape[a] * i // g, shape[a] * (i + 1) // g
+        out.append(f"[{lo}, {hi}]")
+    return "{ boxes = [" + ", ".join(out) + "] }"
+
+
+def spec(p):
+    t, s, outs = [], [], []
+    for dtype in DTYPES:
+        for i, (alg, da, db) in enumerate(ALGORITHMS):
+            a, b, d = f"a_{dtype}_{i}", f"b_{dtype}_{i}", f"d_{dtype}_{i}"
+            t.append(tensor(a, (M, K), dtype, da, "F" if i % 2 else "C"))
+            t.append(tensor(b, (K, N), dtype, db, "C" if i % 3 else "F"))
+            s.append(step(op="matmul", a=a, b=b, out=d, algorithm=alg))
+            outs.append(d)
+    # The nvmath docs example's layout: a^T stored F in y-slabs, b F in y-slabs, d in x-slabs.
+    for dtype in ["f16", "f32"]:
+        t.append(tensor(f"at_{dtype}", (K, M), dtype, '{ slab = "y" }', "F"))
+        t.append(tensor(f"bt_{dtype}", (K, N), dtype, '{ slab = "y" }', "F"))
+        t.append(f'[tensors.dt_{dtype}]\nshape = [{M}, {N}]\ndtype = "{dtype}"\nlayout = "F"\n'
+                 'distribution = { slab = "x" }\n')
+        s.append(step(op="matmul", a=f"at_{dtype}", b=f"bt_{dtype}", out=f"dt_{dtype}", transpose_a=True))
+        outs.append(f"dt_{dtype}")
+    # Epilogs with a bias, alpha/beta/c, conjugates (one needs a conjugated copy on the GPU).
+    t.append(tensor("ea", (M, K), "f32", "{ slab = 1 }"))
+    t.append(tensor("eb", (K, N), "f32", "{ slab = 0 }"))
+    t.append(tensor("bias", (M,), "f32", '"replicated"'))
+    t.append(tensor("cc", (M, N), "f32", "{ slab = 1 }"))
+    for e in ["relu", "gelu", "bias", "relu_bias", "gelu_bias"]:
+        extra = {"bias": "bias"} if "bias" in e else {}
+        s.append(step(op="matmul", a="ea", b="eb", out=f"e_{e}", epilog=e, **extra))
+        outs.append(f"e_{e}")
+    s.append(step(op="matmul", a="ea", b="eb", out="e_abc", alpha=0.5, beta=-2.0, c="cc"))
+    outs.append("e_abc")
+    for dtype in ["c64", "c128"]:
+        # a in Fortran order used transposed is read untransposed by cuBLAS: a conjugated copy.
+        t.append(tensor(f"za_{dtype}", (K, M), dtype, "{ slab = 0 }", "F"))
+        t.append(tensor(f"zb_{dtype}", (N, K), dtype, "{ slab = 0 }"))
+        s.append(step(op="matmul", a=f"za_{dtype}", b=f"zb_{dtype}", out=f"z_{dtype}",
+                      transpose_a=True, transpose_b=True, conjugate_a=True, conjugate_b=True))
+        outs.append(f"z_{dtype}")
+    # FFTs: c2c both precisions and slabs, norms, reshape on and off, in place; r2c and c2r;
+    # pencils.
+    shape3, shape2 = (30, 28, 33), (36, 45)
+    t.append(tensor("fx", shape3, "c64", '{ slab = "x" }'))
+    t.append(tensor("fy", shape3, "c128", '{ slab = "y" }'))
+    t.append(tensor("fr", shape3, "f32", '{ slab = "x" }'))
+    t.append(tensor("fr2", shape2, "f64", '{ slab = "x" }'))
+    t.append(tensor("fp", (32, 24, 20), "c128", boxes((32, 24, 20), (0, 1), p)))
+    t.append(tensor("fi", shape2, "c64", '{ slab = "y" }'))
+    t.append(f'[tensors.fpo]\nshape = [32, 24, 20]\ndtype = "c128"\ndistribution = {boxes((32, 24, 20), (1, 2), p)}\n')
+    s.append(step(op="fft", input="fx", out="gx", kind="c2c", reshape=False))
+    s.append(step(op="fft", input="fx", out="gx2", kind="c2c", direction="inverse", norm="ortho"))
+    s.append(step(op="fft", input="fy", out="gy", kind="c2c", norm="forward"))
+    s.append(step(op="fft", input="fy", out="gy2", kind="c2c", reshape=False, direction="inverse"))
+    s.append(step(op="fft", input="fr", out="gr", kind="r2c"))
+    s.append(step(op="fft", input="gr", out="hr", kind="c2r", direction="inverse"))
+    s.append(step(op="fft", input="fr2", out="gr2", kind="r2c", reshape=False))
+    s.append(step(op="fft", input="gr2", out="hr2", kind="c2r", direction="inverse", reshape=False))
+    s.append(step(op="fft", input="fp", out="fpo", norm="ortho"))
+    s.append(step(op="fft", input="fi", kind="c2c"))
+    outs += ["gx", "gx2", "gy", "gy2", "gr", "hr", "gr2", "hr2", "fpo", "fi"]
+    out = ['[job]\nname = "gpu-check-compute"\nseed = 5\n'] + t + s
+    out.append("[output]\ngather = true\ntensors = [" + ", ".join(f'"{o}"' for o in outs) + "]\n")
+    return "\n".join(out)
+
+
+def load(path):
+    x = np.load(path)
+    if x.dtype == np.uint16:  # bf16 is stored as its bit patterns
+        x = (x.astype(np.uint32) << 16).view(np.float32)
+    return x.astype(np.complex128)
+
+
+def compare(cuda, cpu):
+    m = {d: json.load(open(f"{r}/manifest.json")) for d, r in (("cuda", cuda), ("cpu", cpu))}
+    bad = 0
+    for st in m["cuda"]["steps"]:
+        c = st.get("check")
+        if c is not None and not c["passed"]:
+            bad += 1
+            print(f"  FAIL check {st['name']}: {c}")
+    for name, t in sorted(m["cuda"]["tensors"].items()):
+        g, c = load(f"{cuda}/{name}.npy"), load(f"{cpu}/{name}.npy")
+        scale = max(np.abs(c).max(), 1e-30)
+        err = float(np.abs(g - c).max() / scale) if g.shape == c.shape else float("inf")
+        tol = TOLERANCE[t["dtype"]]
+        if not err <= tol:
+            bad += 1
+            print(f"  FAIL {name} ({t['dtype']}): relative difference {err:.2e} > {tol:.0e}")
+    for st in m["cuda"]["steps"]:
+        extra = f" {st['algorithm']:<12}" if st.get("algorithm") else ""
+        print(f"  {st['name']:<22}{extra} median {st['time_s']['median'] * 1e6:9.1f} us")
+    n = len(m["cuda"]["tensors"])
+    print(f"  {'OK' if bad == 0 else 'FAILED'}: {n} results within tolerance of the CPU backend's, checks passed")
+    return bad
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "spec":
+        print(spec(int(sys.argv[2])))
+    else:
+        sys.exit(1 if compare(sys.argv[2], sys.argv[3]) else 0)

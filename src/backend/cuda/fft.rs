@@ -1,0 +1,461 @@
+//! Local FFT phases on the GPU through cuFFT. A phase's transforms become as few cuFFT plans as
+//! its axes allow: transforms over a run of trailing axes are one batched multi-dimensional plan
+//! (an r2c or c2r among them included), a transform over an inner axis is one strided plan
+//! (launched once per block of the axes before it). Plans are made on first use and kept.
+
+use super::{Cuda, DevBuf, launch_config};
+use crate::backend::Backend;
+use crate::ops::fft::local::{AxisOp, Phase};
+use crate::spec::tensor::DType;
+use anyhow::{Result, anyhow};
+use cudarc::cufft::{result as cufft, sys};
+use cudarc::driver::{DevicePtr, DevicePtrMut, PushKernelArg};
+use std::ffi::c_int;
+
+/// The scaling kernel (normalisation): `x *= s` on n reals.
+pub const KERNELS: &str = r#"
+extern "C" __global__ void scale_f32(float* x, unsigned long long n, double s) {
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * blockDim.x) x[i] = (float)(x[i] * s);
+}
+extern "C" __global__ void scale_f64(double* x, unsigned long long n, double s) {
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * blockDim.x) x[i] = x[i] * s;
+}
+"#;
+
+/// What one cuFFT plan computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transform {
+    /// Complex to complex; `inverse` is cuFFT's +1 direction.
+    C2c { inverse: bool },
+    /// Real to complex (forward).
+    R2c,
+    /// Complex to real (inverse).
+    C2r,
+}
+
+/// One cuFFT plan of a phase and how it is launched (counts and offsets in elements of the
+/// transform's own input and output types).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Group {
+    /// What it computes.
+    pub transform: Transform,
+    /// Lengths of the transformed axes (the real length of the last axis for r2c and c2r).
+    pub dims: Vec<usize>,
+    /// Distance between consecutive values of one transform (1: contiguous).
+    pub stride: usize,
+    /// Distance between consecutive transforms of a batch, on input and output.
+    pub dist: (usize, usize),
+    /// Transforms per launch.
+    pub batch: usize,
+    /// Launches, and the distance between their first elements on input and output.
+    pub launches: usize,
+    pub launch_step: (usize, usize),
+}
+
+impl Group {
+    /// The plan's element counts passed to cuFFT's advanced layout (None: contiguous, cuFFT's
+    /// default layout).
+    pub fn strided(&self) -> bool {
+        self.stride != 1
+    }
+}
+
+/// The transform an axis op computes, and its axis.
+fn axis_of(op: &AxisOp, last: usize) -> (usize, Transform) {
+    match *op {
+        AxisOp::C2c { axis, inverse } => (axis, Transform::C2c { inverse }),
+        AxisOp::R2c => (last, Transform::R2c),
+        AxisOp::C2r { .. } => (last, Transform::C2r),
+    }
+}
+
+/// The cuFFT plans of a phase, in order.
+pub fn groups(phase: &Phase) -> Vec<Group> {
+    let nd = phase.shape.len();
+    let last = nd - 1;
+    // The complex shape the transforms see (the last axis halved once an r2c has run; a c2r's
+    // real length from the op).
+    let mut shape = phase.shape.clone();
+    let real_last = match phase.ops.iter().find(|o| !matches!(o, AxisOp::C2c { .. })) {
+        Some(AxisOp::R2c) => {
+            let n = shape[last];
+            shape[last] = n / 2 + 1;
+            n
+        }
+        Some(AxisOp::C2r { n }) => *n,
+        _ => shape[last],
+    };
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < phase.ops.len() {
+        let (axis, first) = axis_of(&phase.ops[i], last);
+        let direction = |t: Transform| match t {
+            Transform::C2c { inverse } => inverse,
+            Transform::R2c => false,
+            Transform::C2r => true,
+        };
+        // Grow a run of trailing axes: distinct axes forming [lo, last], one direction, an r2c
+        // only first and a c2r only last.
+        let mut axes = vec![axis];
+        let mut kind = first;
+        let mut j = i + 1;
+        while j < phase.ops.len() {
+            let (a, t) = axis_of(&phase.ops[j], last);
+            let ok = !axes.contains(&a)
+                && direction(t) == direction(first)
+                && !matches!(t, Transform::R2c)
+                && !matches!(kind, Transform::C2r);
+            if !ok {
+                break;
+            }
+            axes.push(a);
+            if t == Transform::C2r {
+                kind = t;
+            }
+            j += 1;
+        }
+        // Keep the longest prefix of the run whose axes are trailing and contiguous.
+        let mut take = axes.len();
+        while take > 0 {
+            let mut sorted = axes[..take].to_vec();
+            sorted.sort_unstable();
+            if sorted.last() == Some(&last) && sorted.windows(2).all(|w| w[1] == w[0] + 1) {
+                break;
+            }
+            take -= 1;
+        }
+        if take == 0 {
+            // One transform over an inner axis: strided.
+            let inner: usize = shape[axis + 1..].iter().product();
+            let outer: usize = shape[..axis].iter().product();
+            let n = shape[axis];
+            out.push(Group {
+                transform: first,
+                dims: vec![n],
+                stride: inner,
+                dist: (1, 1),
+                batch: inner,
+                launches: outer,
+                launch_step: (n * inner, n * inner),
+            });
+            i += 1;
+            continue;
+        }
+        let run = &phase.ops[i..i + take];
+        let transform = run
+            .iter()
+            .map(|o| axis_of(o, last).1)
+            .find(|t| !matches!(t, Transform::C2c { .. }))
+            .unwrap_or(first);
+        let lo = *axes[..take].iter().min().expect("a run");
+        let mut dims = shape[lo..].to_vec();
+        let complex: usize = dims.iter().product();
+        let lines = complex / shape[last];
+        let real = lines * real_last;
+        *dims.last_mut().expect("an axis") = match transform {
+            Transform::C2c { .. } => shape[last],
+            _ => real_last,
+        };
+        let dist = match transform {
+            Transform::C2c { .. } => (complex, complex),
+            Transform::R2c => (real, complex),
+            Transform::C2r => (complex, real),
+        };
+        out.push(Group {
+            transform,
+            dims,
+            stride: 1,
+            dist,
+            batch: shape[..lo].iter().product(),
+            launches: 1,
+            launch_step: (0, 0),
+        });
+        i += take;
+    }
+    out
+}
+
+/// A cuFFT plan and the group it computes.
+pub struct Plan {
+    handle: sys::cufftHandle,
+    group: Group,
+}
+
+impl Drop for Plan {
+    fn drop(&mut self) {
+        // SAFETY: a plan this module made, destroyed once.
+        unsafe {
+            let _ = cufft::destroy(self.handle);
+        }
+    }
+}
+
+fn cufft_err(e: cufft::CufftError) -> anyhow::Error {
+    anyhow!("cuFFT: {e:?}")
+}
+
+/// cuFFT's type for a transform in `precision` (c64 or c128).
+fn plan_type(t: Transform, precision: DType) -> sys::cufftType {
+    use sys::cufftType::*;
+    match (t, precision) {
+        (Transform::C2c { .. }, DType::C64) => CUFFT_C2C,
+        (Transform::R2c, DType::C64) => CUFFT_R2C,
+        (Transform::C2r, DType::C64) => CUFFT_C2R,
+        (Transform::C2c { .. }, _) => CUFFT_Z2Z,
+        (Transform::R2c, _) => CUFFT_D2Z,
+        (Transform::C2r, _) => CUFFT_Z2D,
+    }
+}
+
+impl Plan {
+    /// Makes the plan of `group` on `stream`.
+    fn new(group: Group, precision: DType, stream: sys::cudaStream_t) -> Result<Self> {
+        let int =
+            |x: usize| c_int::try_from(x).map_err(|_| anyhow!("FFT too large for cuFFT: {x}"));
+        let mut n: Vec<c_int> = group.dims.iter().map(|&d| int(d)).collect::<Result<_>>()?;
+        let mut embed = n.clone();
+        let embed_ptr = if group.strided() {
+            embed.as_mut_ptr()
+        } else {
+            std::ptr::null_mut()
+        };
+        // SAFETY: `n` and `embed` outlive the call; cuFFT copies them.
+        let handle = unsafe {
+            cufft::plan_many(
+                n.len() as c_int,
+                n.as_mut_ptr(),
+                embed_ptr,
+                int(group.stride)?,
+                int(group.dist.0)?,
+                embed_ptr,
+                int(group.stride)?,
+                int(group.dist.1)?,
+                plan_type(group.transform, precision),
+                int(group.batch)?,
+            )
+        }
+        .map_err(cufft_err)?;
+        // SAFETY: a valid plan and this rank's stream.
+        unsafe { cufft::set_stream(handle, stream) }.map_err(cufft_err)?;
+        Ok(Plan { handle, group })
+    }
+
+    /// Runs the plan from `src` into `dst` (device addresses), `real` bytes per real value.
+    fn exec(&self, src: u64, dst: u64, precision: DType) -> Result<()> {
+        let real = if precision == DType::C64 { 4 } else { 8 };
+        let (ie, oe) = match self.group.transform {
+            Transform::R2c => (real, 2 * real),
+            Transform::C2r => (2 * real, real),
+            Transform::C2c { .. } => (2 * real, 2 * real),
+        };
+        // cuFFT's directions: -1 forward (e^-i), +1 inverse.
+        let dir = |inverse: bool| if inverse { 1 } else { -1 };
+        for l in 0..self.group.launches {
+            let i = src + (l * self.group.launch_step.0 * ie) as u64;
+            let o = dst + (l * self.group.launch_step.1 * oe) as u64;
+            let h = self.handle;
+            // SAFETY: the group's layout stays inside both buffers (sized from the phase).
+            unsafe {
+                match (self.group.transform, precision) {
+                    (Transform::C2c { inverse }, DType::C64) => {
+                        cufft::exec_c2c(h, i as _, o as _, dir(inverse))
+                    }
+                    (Transform::C2c { inverse }, _) => {
+                        cufft::exec_z2z(h, i as _, o as _, dir(inverse))
+                    }
+                    (Transform::R2c, DType::C64) => cufft::exec_r2c(h, i as _, o as _),
+                    (Transform::R2c, _) => cufft::exec_d2z(h, i as _, o as _),
+                    (Transform::C2r, DType::C64) => cufft::exec_c2r(h, i as _, o as _),
+                    (Transform::C2r, _) => cufft::exec_z2d(h, i as _, o as _),
+                }
+            }
+            .map_err(cufft_err)?;
+        }
+        Ok(())
+    }
+}
+
+impl Cuda<'_> {
+    /// Runs a local FFT phase: the first plan from `input` into `output`, the others in place
+    /// (a c2r, which may overwrite its input, reads a copy), then the scaling.
+    pub(super) fn fft_phase(
+        &self,
+        precision: DType,
+        phase: &Phase,
+        (input, at_in): (&DevBuf, usize),
+        (output, at_out): (&mut DevBuf, usize),
+    ) -> Result<()> {
+        let (n_in, n_out) = phase.bytes(precision.size() as usize);
+        anyhow::ensure!(
+            at_in + n_in <= input.len && at_out + n_out <= output.len,
+            "an FFT phase outside its buffers"
+        );
+        let mut cache = self.ffts.borrow_mut();
+        let at = match cache
+            .iter()
+            .position(|(p, ph, _)| *p == precision && ph == phase)
+        {
+            Some(at) => at,
+            None => {
+                let plans = groups(phase)
+                    .into_iter()
+                    .map(|g| Plan::new(g, precision, self.stream.cu_stream() as _))
+                    .collect::<Result<Vec<_>>>()?;
+                cache.push((precision, phase.clone(), plans));
+                cache.len() - 1
+            }
+        };
+        let plans = &cache[at].2;
+        let i = input.data.device_ptr(&self.stream).0 + at_in as u64;
+        let o = output.data.device_ptr_mut(&self.stream).0 + at_out as u64;
+        let c2r = plans.iter().any(|p| p.group.transform == Transform::C2r);
+        if plans.is_empty() {
+            let n = n_in.min(n_out);
+            self.stream.memcpy_dtod(
+                &input.data.slice(at_in..at_in + n),
+                &mut output.data.slice_mut(at_out..at_out + n),
+            )?;
+        } else if c2r {
+            let mut copy = self.zeros(n_in)?;
+            self.stream.memcpy_dtod(
+                &input.data.slice(at_in..at_in + n_in),
+                &mut copy.data.slice_mut(..n_in),
+            )?;
+            let s = copy.data.device_ptr_mut(&self.stream).0;
+            for p in plans {
+                let dst = if p.group.transform == Transform::C2r {
+                    o
+                } else {
+                    s
+                };
+                p.exec(s, dst, precision)?;
+            }
+        } else {
+            for (k, p) in plans.iter().enumerate() {
+                p.exec(if k == 0 { i } else { o }, o, precision)?;
+            }
+        }
+        if let Some(s) = phase.scale {
+            let (f, n) = match precision {
+                DType::C64 => (&self.kernels.scale_f32, n_out / 4),
+                _ => (&self.kernels.scale_f64, n_out / 8),
+            };
+            let (n, ptr) = (n as u64, o);
+            let mut launch = self.stream.launch_builder(f);
+            launch.arg(&ptr).arg(&n).arg(&s);
+            // SAFETY: n reals inside the output buffer.
+            unsafe { launch.launch(launch_config(n)) }?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn phase(shape: &[usize], ops: Vec<AxisOp>) -> Phase {
+        Phase {
+            shape: shape.to_vec(),
+            ops,
+            scale: None,
+        }
+    }
+
+    #[test]
+    fn trailing_axes_make_one_batched_plan() {
+        // x-slab of a 3-D c2c: axes 2 then 1 of [4, 6, 8], batch 4.
+        let g = groups(&phase(
+            &[4, 6, 8],
+            vec![
+                AxisOp::C2c {
+                    axis: 2,
+                    inverse: false,
+                },
+                AxisOp::C2c {
+                    axis: 1,
+                    inverse: false,
+                },
+            ],
+        ));
+        assert_eq!(g.len(), 1);
+        assert_eq!(g[0].dims, [6, 8]);
+        assert_eq!((g[0].batch, g[0].dist, g[0].stride), (4, (48, 48), 1));
+    }
+
+    #[test]
+    fn r2c_with_the_axes_before_it() {
+        let g = groups(&phase(
+            &[3, 6, 9],
+            vec![
+                AxisOp::R2c,
+                AxisOp::C2c {
+                    axis: 1,
+                    inverse: false,
+                },
+            ],
+        ));
+        assert_eq!(g.len(), 1);
+        assert_eq!(g[0].transform, Transform::R2c);
+        assert_eq!(g[0].dims, [6, 9]);
+        // Real input 6*9 per transform, complex output 6*5.
+        assert_eq!((g[0].batch, g[0].dist), (3, (54, 30)));
+    }
+
+    #[test]
+    fn an_inner_axis_is_strided_and_launched_per_outer_block() {
+        // y-slab's second phase on [5, 7, 4]: axis 1, stride 4, 5 launches.
+        let g = groups(&phase(
+            &[5, 7, 4],
+            vec![AxisOp::C2c {
+                axis: 1,
+                inverse: true,
+            }],
+        ));
+        assert_eq!(g.len(), 1);
+        let g = &g[0];
+        assert_eq!(g.transform, Transform::C2c { inverse: true });
+        assert_eq!((g.stride, g.batch, g.dist), (4, 4, (1, 1)));
+        assert_eq!((g.launches, g.launch_step), (5, (28, 28)));
+    }
+
+    #[test]
+    fn c2r_after_an_outer_axis_is_two_plans() {
+        // Axis 0 inverse (strided, one launch) then c2r along the last axis to length 10.
+        let g = groups(&phase(
+            &[4, 3, 6],
+            vec![
+                AxisOp::C2c {
+                    axis: 0,
+                    inverse: true,
+                },
+                AxisOp::C2r { n: 10 },
+            ],
+        ));
+        assert_eq!(g.len(), 2);
+        assert_eq!((g[0].stride, g[0].batch, g[0].launches), (18, 18, 1));
+        assert_eq!(g[1].transform, Transform::C2r);
+        assert_eq!(g[1].dims, [10]);
+        assert_eq!((g[1].batch, g[1].dist), (12, (6, 10)));
+    }
+
+    #[test]
+    fn c2c_in_both_directions_is_never_merged() {
+        let g = groups(&phase(
+            &[4, 4],
+            vec![
+                AxisOp::C2c {
+                    axis: 1,
+                    inverse: false,
+                },
+                AxisOp::C2c {
+                    axis: 0,
+                    inverse: true,
+                },
+            ],
+        ));
+        assert_eq!(g.len(), 2);
+    }
+}

@@ -1,0 +1,192 @@
+//! The transpose between a slab FFT's two phases, batch by batch of x-planes: the first phase
+//! runs on one batch, then that batch's share of the all-to-all goes to the side queue
+//! ([`Backend::side`]), so the exchange of each batch overlaps the first phase of the next.
+//!
+//! From x-slabs (C order, planes outermost) to y-slabs: the part of plane x for rank q is its
+//! rows `y0_q..y0_q + s1_q`, one contiguous run; at q it lands, contiguous, at plane `x0_r + x`.
+//! Every rank splits its own planes into the same number of batches, so each side of a pair knows
+//! the other's batch bounds.
+
+use super::local::Phase;
+use crate::backend::Backend;
+use crate::dist::Placement;
+use crate::ops::exchange::Run;
+use crate::plan::TensorState;
+use crate::runtime::comm::Parts;
+use crate::spec::tensor::{Axis, DType, Distribution};
+use anyhow::Result;
+
+/// Batches of x-planes (at most; fewer where a rank holds fewer planes).
+const BATCHES: usize = 8;
+
+/// One batch: its first-phase FFT and its share of the exchange.
+struct Batch {
+    /// The first phase on this batch's planes, and where they start in its input and output.
+    phase: Phase,
+    at: (usize, usize),
+    /// Packing into the send buffer, and the rank's own part straight into the result.
+    pack: Vec<Run>,
+    own: Vec<Run>,
+    /// Elements to each rank (in the send buffer) and from each rank (in the result).
+    to: Parts,
+    from: Parts,
+}
+
+/// The batched transpose of one rank.
+pub struct Batched<B: Backend> {
+    batches: Vec<Batch>,
+    elem: usize,
+    send: B::Buf,
+    /// The y-slab piece the transpose fills.
+    pub out: B::Buf,
+}
+
+/// Rank r's planes of batch j: `[s*j/n, s*(j+1)/n)` of its `s` planes.
+fn planes(s: usize, j: usize, n: usize) -> (usize, usize) {
+    (s * j / n, s * (j + 1) / n)
+}
+
+impl<B: Backend> Batched<B> {
+    /// The batched transpose of `middle` (the complex x-slab state between the phases) after
+    /// `phase1`; None where it does not apply (one rank, or not an x-slab to y-slab move).
+    pub fn new(b: &B, middle: &TensorState, phase1: &Phase) -> Result<Option<Self>> {
+        let (ranks, me) = (b.ranks(), b.rank());
+        let x_slab = Distribution::Slab(Axis::Index(0));
+        if ranks < 2 || middle.dist != x_slab || middle.shape.len() < 2 {
+            return Ok(None);
+        }
+        let shape: Vec<usize> = middle.shape.iter().map(|&n| n as usize).collect();
+        let (n1, inner) = (shape[1], shape[2..].iter().product::<usize>());
+        // A slab split of n (the same along any axis).
+        let split = |n: usize| -> Vec<(usize, usize)> {
+            let whole = [n as u64];
+            let p = Placement::new(&x_slab, &whole, ranks as u64);
+            (0..ranks as u64)
+                .map(|r| {
+                    p.intervals(r)
+                        .and_then(|iv| iv[0].first().copied())
+                        .map_or((0, 0), |(lo, hi)| (lo as usize, (hi - lo) as usize))
+                })
+                .collect()
+        };
+        // (first, count) of each rank's x-planes and y-rows.
+        let (xs, ys) = (split(shape[0]), split(n1));
+        let n = xs.iter().map(|x| x.1).min().unwrap_or(0).clamp(1, BATCHES);
+        let elem = middle.dtype.size() as usize;
+        let in_plane = phase1.shape[1..].iter().product::<usize>();
+        let in_elem = phase1.bytes(elem).0 / phase1.shape.iter().product::<usize>().max(1);
+        // The send buffer holds each peer's part whole, peers in rank order (not this rank).
+        let mut displ = vec![0; ranks];
+        for q in 1..ranks {
+            let before = if q - 1 == me { 0 } else { ys[q - 1].1 };
+            displ[q] = displ[q - 1] + xs[me].1 * before * inner;
+        }
+        let batches = (0..n)
+            .map(|j| {
+                let (lo, hi) = planes(xs[me].1, j, n);
+                let mut phase = phase1.clone();
+                phase.shape[0] = hi - lo;
+                let (mut pack, mut own) = (Vec::new(), Vec::new());
+                let mut to = Parts::packed(&vec![0; ranks]);
+                let mut from = Parts::packed(&vec![0; ranks]);
+                for q in 0..ranks {
+                    let line = ys[q].1 * inner;
+                    for x in lo..hi {
+                        let src = x * n1 * inner + ys[q].0 * inner;
+                        let run = |dst| Run {
+                            src,
+                            dst,
+                            count: line,
+                            src_stride: 1,
+                            dst_stride: 1,
+                        };
+                        if q == me {
+                            own.push(run((xs[me].0 + x) * line));
+                        } else {
+                            pack.push(run(displ[q] + x * line));
+                        }
+                    }
+                    if q != me {
+                        (to.counts[q], to.displs[q]) = ((hi - lo) * line, displ[q] + lo * line);
+                        let (rlo, rhi) = planes(xs[q].1, j, n);
+                        let mine = ys[me].1 * inner;
+                        (from.counts[q], from.displs[q]) =
+                            ((rhi - rlo) * mine, (xs[q].0 + rlo) * mine);
+                    }
+                }
+                Batch {
+                    phase,
+                    at: (lo * in_plane * in_elem, lo * n1 * inner * elem),
+                    pack,
+                    own,
+                    to,
+                    from,
+                }
+            })
+            .collect();
+        let sent = (0..ranks)
+            .filter(|&q| q != me)
+            .map(|q| xs[me].1 * ys[q].1 * inner)
+            .sum::<usize>();
+        Ok(Some(Batched {
+            batches,
+            elem,
+            send: b.zeros(sent * elem)?,
+            out: b.zeros(shape[0] * ys[me].1 * inner * elem)?,
+        }))
+    }
+
+    /// Runs the first phase from `work` into `after1` and the transpose, batch by batch;
+    /// returns the y-slab piece.
+    pub fn run(
+        &mut self,
+        b: &B,
+        precision: DType,
+        work: &B::Buf,
+        after1: &mut B::Buf,
+    ) -> Result<&B::Buf> {
+        let (send, out, elem) = (&mut self.send, &mut self.out, self.elem);
+        let mut last = None;
+        for batch in &self.batches {
+            if batch.phase.shape[0] > 0 {
+                b.fft(
+                    precision,
+                    &batch.phase,
+                    (work, batch.at.0),
+                    (&mut *after1, batch.at.1),
+                )?;
+            }
+            let after1 = &*after1;
+            last = Some(b.side(&mut || {
+                b.copy_runs(after1, send, &batch.pack, elem);
+                b.copy_runs(after1, out, &batch.own, elem);
+                b.all_to_all_v(send, &batch.to, out, &batch.from, elem)
+            })?);
+        }
+        if let Some(mark) = &last {
+            b.wait(mark)?;
+        }
+        Ok(&self.out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::planes;
+
+    #[test]
+    fn batches_cover_every_plane_once() {
+        for s in 1..20 {
+            for n in 1..=8.min(s) {
+                let mut next = 0;
+                for j in 0..n {
+                    let (lo, hi) = planes(s, j, n);
+                    assert_eq!(lo, next);
+                    assert!(hi > lo, "no empty batch when n <= s");
+                    next = hi;
+                }
+                assert_eq!(next, s);
+            }
+        }
+    }
+}
