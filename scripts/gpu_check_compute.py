@@ -3,7 +3,7 @@
 slab and pencil distribution, and the comparison of two runs of it (GPU and CPU backends)
 within a tolerance from each dtype.
 
-    python3 gpu_check_compute.py spec P > spec.toml
+    python3 gpu_check_compute.py spec P [nvshmem] > spec.toml   (nvshmem: data moved by puts)
     python3 gpu_check_compute.py compare CUDA_RUN CPU_RUN     (exit 1 on any difference)
 """
 import json
@@ -48,7 +48,7 @@ def boxes(shape, axes, p):
     return "{ boxes = [" + ", ".join(out) + "] }"
 
 
-def spec(p):
+def spec(p, nvshmem=False):
     t, s, outs = [], [], []
     for dtype in DTYPES:
         for i, (alg, da, db) in enumerate(ALGORITHMS):
@@ -104,7 +104,8 @@ def spec(p):
     s.append(step(op="fft", input="fp", out="fpo", norm="ortho"))
     s.append(step(op="fft", input="fi", kind="c2c"))
     outs += ["gx", "gx2", "gy", "gy2", "gr", "hr", "gr2", "hr2", "fpo", "fi"]
-    out = ['[job]\nname = "gpu-check-compute"\nseed = 5\n'] + t + s
+    runtime = '[runtime]\nbackends = ["nccl", "nvshmem"]\n' if nvshmem else ""
+    out = ['[job]\nname = "gpu-check-compute"\nseed = 5\n' + runtime] + t + s
     out.append("[output]\ngather = true\ntensors = [" + ", ".join(f'"{o}"' for o in outs) + "]\n")
     return "\n".join(out)
 
@@ -142,6 +143,6 @@ def compare(cuda, cpu):
 
 if __name__ == "__main__":
     if sys.argv[1] == "spec":
-        print(spec(int(sys.argv[2])))
+        print(spec(int(sys.argv[2]), sys.argv[3:] == ["nvshmem"]))
     else:
         sys.exit(1 if compare(sys.argv[2], sys.argv[3]) else 0)

@@ -29,7 +29,7 @@ CASES = {
 }
 
 
-def spec(dtype, n, kind):
+def spec(dtype, n, kind, via):
     init = 'init = { uniform = { low = 0.0, high = 1.0 } }'
     if kind == "slab":
         dists, tr = ['{ slab = "y" }', '{ slab = "y" }', '{ slab = "x" }'], "transpose_a = true\n"
@@ -40,14 +40,15 @@ def spec(dtype, n, kind):
         f'[tensors.{x}]\nshape = [{n}, {n}]\ndtype = "{dtype}"\nlayout = "F"\ndistribution = {dist}\n'
         + (init + "\n" if x != "d" else "")
         for x, dist in zip("abd", dists))
-    return (f'[job]\nname = "bench-matmul"\n[runtime]\ndevice = "cuda"\n{t}'
+    backends = '["nccl", "nvshmem"]' if via == "nvshmem" else '["nccl"]'
+    return (f'[job]\nname = "bench-matmul"\n[runtime]\ndevice = "cuda"\nbackends = {backends}\n{t}'
             f'[[steps]]\nop = "matmul"\na = "a"\nb = "b"\nout = "d"\n{tr}warmup = 3\niterations = 10\n'
             "[output]\ntensors = []\n")
 
 
-def distrun(binary, p, dtype, n, kind, work):
-    path = work / f"{dtype}-{n}-{kind}-{p}.toml"
-    path.write_text(spec(dtype, n, kind))
+def distrun(binary, p, dtype, n, kind, via, work):
+    path = work / f"{dtype}-{n}-{kind}-{p}-{via}.toml"
+    path.write_text(spec(dtype, n, kind, via))
     out = work / f"run-{path.stem}"
     r = subprocess.run(["mpiexec", "-n", str(p), binary, "run", str(path), "--out", str(out), "-q"],
                        env=ENV, capture_output=True, text=True)
@@ -102,6 +103,8 @@ def main():
     ap.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
     ap.add_argument("--cases", nargs="+", default=list(CASES))
     ap.add_argument("--no-peer", action="store_true")
+    ap.add_argument("--via", nargs="+", default=["nccl", "nvshmem"],
+                    help="data movement: NCCL exchanges, or NVSHMEM puts")
     args = ap.parse_args()
     work = pathlib.Path(tempfile.mkdtemp())
     limits = {}
@@ -111,21 +114,21 @@ def main():
         if key not in limits:
             limits[key] = single_gpu_rate(*key)
             print(f"single-GPU cuBLAS {d} {key[1]}^3: {limits[key] / 1e12:.1f} TFLOP/s", flush=True)
-    print("| case | GPUs | algorithm | distrun ms | TFLOP/s | nvmath ms | TFLOP/s | ratio | of limit |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| case | GPUs | moves by | algorithm | distrun ms | TFLOP/s | nvmath ms | TFLOP/s | ratio | of limit |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for p in args.ranks:
         cases = [(c, CASES[c]) for c in args.cases if p in CASES[c][3]]
         if not cases:
             continue
         theirs = {} if args.no_peer else peer(p, [(c, v[:3] + (None,)) for c, v in cases])
-        for name, (d, n, kind, _) in cases:
-            t, alg = distrun(args.bin, p, d, n, kind, work)
+        for (name, (d, n, kind, _)), via in ((c, v) for c in cases for v in args.via):
+            t, alg = distrun(args.bin, p, d, n, kind, via, work)
             flops = 2 * n**3
             if t is None:
-                print(f"| {name} | {p} | failed: {alg} |")
+                print(f"| {name} | {p} | {via} | failed: {alg} |")
                 continue
             limit = p * limits[(d, min(n, 16384))]
-            row = f"| {name} | {p} | {alg} | {t * 1e3:.2f} | {flops / t / 1e12:.0f} |"
+            row = f"| {name} | {p} | {via} | {alg} | {t * 1e3:.2f} | {flops / t / 1e12:.0f} |"
             if name in theirs:
                 row += f" {theirs[name] * 1e3:.2f} | {flops / theirs[name] / 1e12:.0f} | {theirs[name] / t:.3f}x |"
             else:

@@ -374,6 +374,18 @@ impl Backend for Cpu<'_> {
         Ok(())
     }
 
+    fn symmetric(&self, _: usize) -> Result<Option<Vec<u8>>> {
+        Ok(None)
+    }
+
+    fn put(&self, _: (&Vec<u8>, usize), _: (&Vec<u8>, usize), _: usize, _: usize) -> Result<()> {
+        anyhow::bail!("the CPU backend has no symmetric buffers to put into")
+    }
+
+    fn put_barrier(&self) -> Result<()> {
+        anyhow::bail!("the CPU backend has no symmetric buffers to put into")
+    }
+
     fn barrier(&self) -> Result<()> {
         self.comm.barrier()
     }

@@ -122,6 +122,23 @@ pub trait Backend {
     fn side(&self, comm: &mut dyn FnMut() -> Result<()>) -> Result<Self::Mark>;
     /// Makes the work queued next wait for a [`Backend::side`] stretch to finish.
     fn wait(&self, mark: &Self::Mark) -> Result<()>;
+    /// A zeroed buffer of `bytes` that other ranks write into with [`Backend::put`] (NVSHMEM's
+    /// symmetric heap on the GPU; collective, the same size on every rank), or None where puts
+    /// are not available (the CPU, or no `nvshmem` in the spec's backends).
+    fn symmetric(&self, bytes: usize) -> Result<Option<Self::Buf>>;
+    /// Copies `bytes` of `src` from byte `src.1` into the symmetric buffer `dst` of rank `peer`
+    /// at byte `dst.1` (inside a `side` stretch; on the GPU by the copy engines, leaving the SMs
+    /// to the computation it overlaps).
+    fn put(
+        &self,
+        src: (&Self::Buf, usize),
+        dst: (&Self::Buf, usize),
+        bytes: usize,
+        peer: usize,
+    ) -> Result<()>;
+    /// Inside a `side` stretch: waits for every rank to get here, with every put before it
+    /// delivered.
+    fn put_barrier(&self) -> Result<()>;
     /// Waits for every rank.
     fn barrier(&self) -> Result<()>;
     /// Waits for the device to finish queued work.

@@ -80,12 +80,17 @@ pub struct Outcome<B: Backend> {
 /// every check passed.
 pub fn run(loaded: &Loaded, plan: &Plan, ctx: &Context, opts: &Options) -> Result<bool> {
     if device(loaded, ctx)? == Device::Cuda {
-        let backend = Cuda::new(
+        let mut backend = Cuda::new(
             ctx.comm.as_ref(),
             &ctx.host,
             &loaded.spec.runtime.device_map,
+            nvshmem_heap(loaded, plan),
         )?;
-        run_on(&backend, loaded, plan, ctx, opts)
+        let ran = run_on(&backend, loaded, plan, ctx, opts);
+        if ran.is_err() {
+            backend.abandon_nvshmem();
+        }
+        ran
     } else {
         run_on(&Cpu::new(ctx.comm.as_ref()), loaded, plan, ctx, opts)
     }
@@ -110,6 +115,35 @@ fn run_on<B: Backend>(
         .all(|s| s.check.is_none_or(|c| c.passed));
     write::write(b, loaded, plan, ctx, opts, outcome, &progress)?;
     Ok(passed)
+}
+
+/// NVSHMEM's symmetric heap where the spec's backends name `nvshmem`: the plan's symmetric
+/// tensors, plus room for what arrives by puts in every step (symmetric buffers are not freed
+/// before the end): the pieces a matmul gathers (at most both operands whole).
+fn nvshmem_heap(loaded: &Loaded, plan: &Plan) -> Option<usize> {
+    let spec = &loaded.spec;
+    let wanted = spec
+        .runtime
+        .backends
+        .as_ref()
+        .is_some_and(|b| b.contains(&crate::spec::model::CommBackend::Nvshmem));
+    if !wanted {
+        return None;
+    }
+    let bytes = |name: &str| {
+        plan.tensors.get(name).map_or(0, |t| {
+            t.state.shape.iter().product::<u64>() * t.state.dtype.size()
+        })
+    };
+    let workspace = spec
+        .steps
+        .iter()
+        .map(|s| match s {
+            Step::Matmul(m) => bytes(&m.a) + bytes(&m.b),
+            _ => 0,
+        })
+        .sum::<u64>();
+    Some((plan.symmetric_heap_bytes + workspace) as usize)
 }
 
 /// The libraries a spec's steps need on the GPU: cuBLAS for matmul, cuFFT for FFTs, beside the

@@ -59,6 +59,22 @@ pub enum DType {
 }
 
 impl DType {
+    /// Every dtype.
+    pub const ALL: [DType; 12] = [
+        DType::F16,
+        DType::Bf16,
+        DType::F32,
+        DType::F64,
+        DType::C64,
+        DType::C128,
+        DType::I8,
+        DType::U8,
+        DType::I32,
+        DType::U32,
+        DType::I64,
+        DType::U64,
+    ];
+
     /// Bytes per element.
     pub fn size(self) -> u64 {
         match self {

@@ -80,17 +80,14 @@ extern "C" __global__ void conj_copy(const void* src, void* dst, int t, unsigned
 }
 "#;
 
-/// The element-type code the kernels use.
+/// The element-type code the kernels use (the init kernel's numbering; floats only).
 pub fn code(dtype: DType) -> Result<i32> {
-    Ok(match dtype {
-        DType::F16 => 0,
-        DType::Bf16 => 1,
-        DType::F32 => 2,
-        DType::F64 => 3,
-        DType::C64 => 4,
-        DType::C128 => 5,
-        other => return Err(anyhow!("no GPU matmul kernel handles {other}")),
-    })
+    match dtype {
+        DType::F16 | DType::Bf16 | DType::F32 | DType::F64 | DType::C64 | DType::C128 => {
+            Ok(super::fill::dtype_code(dtype) as i32)
+        }
+        other => Err(anyhow!("no GPU matmul kernel handles {other}")),
+    }
 }
 
 /// cuBLAS's view of one operand of `out^T = op(b)^T op(a)^T`.

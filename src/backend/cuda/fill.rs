@@ -294,8 +294,8 @@ const THREADS: u32 = 256;
 /// At most this many blocks: the loop strides over larger pieces.
 const MAX_BLOCKS: u64 = 1 << 16;
 
-/// The kernel's number for `dtype`.
-fn dtype_code(dtype: DType) -> u32 {
+/// The kernel's number for `dtype` (the epilog kernel's too).
+pub(super) fn dtype_code(dtype: DType) -> u32 {
     match dtype {
         DType::F16 => 0,
         DType::Bf16 => 1,
@@ -428,20 +428,7 @@ mod tests {
         Arange, Axis, BlockCyclicSpec, Distribution, GridLayout, Init, Layout, Normal, Uniform,
     };
 
-    const DTYPES: [DType; 12] = [
-        DType::F16,
-        DType::Bf16,
-        DType::F32,
-        DType::F64,
-        DType::C64,
-        DType::C128,
-        DType::I8,
-        DType::U8,
-        DType::I32,
-        DType::U32,
-        DType::I64,
-        DType::U64,
-    ];
+    const DTYPES: [DType; 12] = DType::ALL;
 
     fn state(shape: &[u64], dtype: DType, layout: Layout, dist: Distribution) -> TensorState {
         TensorState {

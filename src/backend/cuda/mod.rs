@@ -27,6 +27,7 @@ use cudarc::driver::{
 };
 use cudarc::nccl::{result as nccl, sys as nccl_sys};
 use std::cell::{Cell, OnceCell, RefCell};
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 /// The strided-copy kernel: blocks along x take runs, blocks along y 64 KiB chunks of each run,
@@ -96,6 +97,30 @@ fn arch(ctx: &CudaContext) -> Result<&'static str> {
     ))
 }
 
+/// The versions a run used, for the manifest: the CUDA the driver supports, NCCL, and NVSHMEM
+/// when started (e.g. "driver CUDA 13.0, NCCL 2.28.3, NVSHMEM 3.4.5").
+fn versions(nvshmem: Option<String>) -> String {
+    let (mut driver, mut nccl) = (0, 0);
+    // SAFETY: out-pointers to plain integers; both libraries are loaded (probed at start).
+    unsafe {
+        cudarc::driver::sys::cuDriverGetVersion(&mut driver);
+        nccl_sys::ncclGetVersion(&mut nccl);
+    }
+    // NCCL 2.9+ encodes major*10000 + minor*100 + patch; the driver major*1000 + minor*10.
+    let mut text = format!(
+        "driver CUDA {}.{}, NCCL {}.{}.{}",
+        driver / 1000,
+        driver % 1000 / 10,
+        nccl / 10000,
+        nccl % 10000 / 100,
+        nccl % 100
+    );
+    if let Some(v) = nvshmem {
+        text += &format!(", NVSHMEM {v}");
+    }
+    text
+}
+
 /// The NVRTC kernels of the backend, compiled once per rank.
 struct Kernels {
     copy: CudaFunction,
@@ -105,10 +130,39 @@ struct Kernels {
     scale_f64: CudaFunction,
 }
 
-/// A device buffer of `len` bytes (at least one byte is allocated: CUDA refuses empty ones).
+/// A device buffer of `len` bytes (at least one byte is allocated: CUDA refuses empty ones),
+/// owned by cudarc or, when `sym` is set, a view of a buffer on NVSHMEM's symmetric heap (never
+/// freed alone: the heap is sized for every step's buffers).
 pub struct DevBuf {
-    data: CudaSlice<u8>,
+    data: ManuallyDrop<CudaSlice<u8>>,
     len: usize,
+    sym: Option<nvshmem::SymBuf>,
+}
+
+impl DevBuf {
+    fn owned(data: CudaSlice<u8>, len: usize) -> Self {
+        DevBuf {
+            data: ManuallyDrop::new(data),
+            len,
+            sym: None,
+        }
+    }
+}
+
+impl Drop for DevBuf {
+    fn drop(&mut self) {
+        // SAFETY: `data` is taken or dropped once, here.
+        unsafe {
+            if let Some(sym) = self.sym.take() {
+                // NVSHMEM's memory: cudarc must not free it, and nvshmem_free is collective (a
+                // rank failing alone would wait in it forever): the heap goes whole at the end.
+                ManuallyDrop::take(&mut self.data).leak();
+                std::mem::forget(sym);
+            } else {
+                ManuallyDrop::drop(&mut self.data);
+            }
+        }
+    }
 }
 
 /// One rank's GPU, stream, kernels, NCCL communicator, and the cuBLAS handle and cuFFT plans
@@ -123,6 +177,8 @@ pub struct Cuda<'a> {
     kernels: Kernels,
     nccl: nccl_sys::ncclComm_t,
     blas: OnceCell<blas::Handle>,
+    /// NVSHMEM, when the spec's backends name it (its symmetric buffers take puts).
+    nvshmem: Option<nvshmem::Nvshmem<'a>>,
     /// Copy-run tables on the GPU, by hash of their contents and length.
     tables: RefCell<std::collections::HashMap<(u64, usize), CudaSlice<u64>>>,
     ffts: RefCell<Vec<(DType, Phase, Vec<fft::Plan>)>>,
@@ -169,9 +225,15 @@ fn nccl_op(dtype: DType, op: ReduceOp) -> Result<nccl_sys::ncclRedOp_t> {
 }
 
 impl<'a> Cuda<'a> {
-    /// Starts the GPU backend on every rank: picks this rank's GPU, compiles the copy kernel and
-    /// builds the NCCL communicator over `comm`.
-    pub fn new(comm: &'a dyn Comm, host: &str, map: &DeviceMap) -> Result<Self> {
+    /// Starts the GPU backend on every rank: picks this rank's GPU, compiles the kernels, builds
+    /// the NCCL communicator over `comm`, and with `heap` starts NVSHMEM with a symmetric heap of
+    /// that many bytes.
+    pub fn new(
+        comm: &'a dyn Comm,
+        host: &str,
+        map: &DeviceMap,
+        heap: Option<usize>,
+    ) -> Result<Self> {
         probe::require(&[probe::Lib::Driver, probe::Lib::Nvrtc, probe::Lib::Nccl])?;
         let (rank, size) = (comm.rank(), comm.size());
         let hosts: Vec<String> = comm
@@ -201,13 +263,8 @@ impl<'a> Cuda<'a> {
         // SAFETY: no buffer exists yet.
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.default_stream();
-        // Communication overlapping a GEMM gets the SMs first as the GEMM's blocks retire.
-        let (_, highest) = cudarc::driver::result::stream::get_priority_range()?;
-        let side_stream = if std::env::var("DISTRUN_SIDE_PRIORITY").as_deref() == Ok("0") {
-            ctx.new_stream()?
-        } else {
-            ctx.new_stream_with_priority(highest)?
-        };
+        // (A higher priority for it was measured slower: bench/RESULTS.md.)
+        let side_stream = ctx.new_stream()?;
         let source = [KERNELS, blas::KERNELS, fft::KERNELS].concat();
         let opts = cudarc::nvrtc::CompileOptions {
             arch: Some(arch(&ctx)?),
@@ -243,7 +300,12 @@ impl<'a> Cuda<'a> {
                 .map_err(nccl_err)?;
             raw.assume_init()
         };
+        let nvshmem = match heap {
+            Some(bytes) => Some(nvshmem::Nvshmem::init(comm, bytes)?),
+            None => None,
+        };
         let name = ctx.name().unwrap_or_else(|_| "unknown GPU".into());
+        let nvshmem_version = nvshmem.as_ref().map(|nv| nv.version());
         Ok(Cuda {
             comm,
             stream,
@@ -252,9 +314,10 @@ impl<'a> Cuda<'a> {
             kernels,
             nccl: nccl_comm,
             blas: OnceCell::new(),
+            nvshmem,
             tables: RefCell::default(),
             ffts: RefCell::new(Vec::new()),
-            name: format!("cuda:{ordinal} ({name})"),
+            name: format!("cuda:{ordinal} ({name}; {})", versions(nvshmem_version)),
         })
     }
 
@@ -264,6 +327,14 @@ impl<'a> Cuda<'a> {
             &self.side_stream
         } else {
             &self.stream
+        }
+    }
+
+    /// Gives NVSHMEM up without its collective teardown (on an error path, where other ranks
+    /// may never reach it).
+    pub fn abandon_nvshmem(&mut self) {
+        if let Some(nv) = self.nvshmem.take() {
+            nv.abandon();
         }
     }
 
@@ -303,10 +374,7 @@ impl Backend for Cuda<'_> {
         if data.is_empty() {
             return self.zeros(0);
         }
-        Ok(DevBuf {
-            len: data.len(),
-            data: self.stream.clone_htod(&data)?,
-        })
+        Ok(DevBuf::owned(self.stream.clone_htod(&data)?, data.len()))
     }
 
     fn download(&self, buf: &Self::Buf) -> Result<Vec<u8>> {
@@ -317,10 +385,10 @@ impl Backend for Cuda<'_> {
     }
 
     fn zeros(&self, bytes: usize) -> Result<Self::Buf> {
-        Ok(DevBuf {
-            data: self.stream.alloc_zeros::<u8>(bytes.max(1))?,
-            len: bytes,
-        })
+        Ok(DevBuf::owned(
+            self.stream.alloc_zeros::<u8>(bytes.max(1))?,
+            bytes,
+        ))
     }
 
     fn len(&self, buf: &Self::Buf) -> usize {
@@ -370,8 +438,8 @@ impl Backend for Cuda<'_> {
         };
         let mut launch = self.st().launch_builder(&self.kernels.copy);
         launch
-            .arg(&src.data)
-            .arg(&mut dst.data)
+            .arg(&*src.data)
+            .arg(&mut *dst.data)
             .arg(&*table)
             .arg(&n)
             .arg(&elem);
@@ -606,6 +674,51 @@ impl Backend for Cuda<'_> {
         Ok(self.stream.wait(mark)?)
     }
 
+    fn symmetric(&self, bytes: usize) -> Result<Option<Self::Buf>> {
+        let Some(nv) = &self.nvshmem else {
+            return Ok(None);
+        };
+        let sym = nv.alloc(bytes)?;
+        // SAFETY: `bytes` (at least one) of device memory on this GPU, kept alive by `sym`;
+        // DevBuf's drop leaks the slice instead of freeing it.
+        let data = unsafe {
+            self.stream
+                .upgrade_device_ptr::<u8>(sym.ptr(), bytes.max(1))
+        };
+        let mut buf = DevBuf {
+            data: ManuallyDrop::new(data),
+            len: bytes,
+            sym: Some(sym),
+        };
+        self.stream.memset_zeros(&mut buf.data.slice_mut(..))?;
+        Ok(Some(buf))
+    }
+
+    fn put(
+        &self,
+        (src, at): (&Self::Buf, usize),
+        (dst, to): (&Self::Buf, usize),
+        bytes: usize,
+        peer: usize,
+    ) -> Result<()> {
+        let (Some(nv), Some(sym)) = (&self.nvshmem, &dst.sym) else {
+            bail!("a put needs NVSHMEM and a symmetric destination");
+        };
+        anyhow::ensure!(at + bytes <= src.len, "a put reads past its source");
+        let from = src.data.device_ptr(&self.stream).0 + at as u64;
+        // SAFETY: `src` is this GPU's memory, alive while the queued put runs (the step keeps
+        // it); the destination's bounds are checked.
+        unsafe { nv.put_on_stream(sym, to, from, bytes, peer, self.st()) }
+    }
+
+    fn put_barrier(&self) -> Result<()> {
+        let Some(nv) = &self.nvshmem else {
+            bail!("a put barrier needs NVSHMEM");
+        };
+        nv.barrier_all_on_stream(self.st());
+        Ok(())
+    }
+
     fn barrier(&self) -> Result<()> {
         self.stream.synchronize()?;
         self.comm.barrier()
@@ -659,6 +772,6 @@ impl Backend for Cuda<'_> {
         map: &crate::init::IndexMap,
     ) -> Result<Self::Buf> {
         let (data, len) = fill::generate(&self.stream, generator, dtype, map)?;
-        Ok(DevBuf { data, len })
+        Ok(DevBuf::owned(data, len))
     }
 }

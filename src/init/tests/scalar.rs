@@ -4,20 +4,7 @@ use super::super::scalar::round_f64;
 use crate::init::{Scalar, decode, encode};
 use crate::spec::tensor::DType;
 
-const ALL: [DType; 12] = [
-    DType::F16,
-    DType::Bf16,
-    DType::F32,
-    DType::F64,
-    DType::C64,
-    DType::C128,
-    DType::I8,
-    DType::U8,
-    DType::I32,
-    DType::U32,
-    DType::I64,
-    DType::U64,
-];
+const ALL: [DType; 12] = DType::ALL;
 
 fn enc(dtype: DType, v: Scalar) -> Vec<u8> {
     let mut out = vec![0u8; dtype.size() as usize];

@@ -5,7 +5,8 @@
 //! From x-slabs (C order, planes outermost) to y-slabs: the part of plane x for rank q is its
 //! rows `y0_q..y0_q + s1_q`, one contiguous run; at q it lands, contiguous, at plane `x0_r + x`.
 //! Every rank splits its own planes into the same number of batches, so each side of a pair knows
-//! the other's batch bounds.
+//! the other's batch bounds. Each batch moves by an all-to-all (NCCL on the GPU): NVSHMEM puts
+//! into a symmetric result were measured slower here (bench/RESULTS.md), unlike for matmul.
 
 use super::local::Phase;
 use crate::backend::Backend;
@@ -75,6 +76,10 @@ impl<B: Backend> Batched<B> {
         let elem = middle.dtype.size() as usize;
         let in_plane = phase1.shape[1..].iter().product::<usize>();
         let in_elem = phase1.bytes(elem).0 / phase1.shape.iter().product::<usize>().max(1);
+        // cuFFT wants its batches 16-byte aligned: planes of other sizes go in one exchange.
+        if !(in_plane * in_elem).is_multiple_of(16) || !(n1 * inner * elem).is_multiple_of(16) {
+            return Ok(None);
+        }
         // The send buffer holds each peer's part whole, peers in rank order (not this rank).
         let mut displ = vec![0; ranks];
         for q in 1..ranks {

@@ -217,6 +217,23 @@ fn c2r_last<T: FftNum + Default>(data: &[Complex<T>], shape: &[usize], n: usize)
 mod tests {
     use super::*;
 
+    #[test]
+    fn phases_know_the_bytes_they_read_and_write() {
+        let r2c = Phase {
+            shape: vec![2, 3, 8],
+            ops: vec![AxisOp::R2c],
+            scale: None,
+        };
+        // c64: reals of 4 bytes in (2*3*8), complex of 8 out (2*3*5).
+        assert_eq!(r2c.bytes(8), (192, 240));
+        let c2r = Phase {
+            shape: vec![4, 5],
+            ops: vec![AxisOp::C2r { n: 9 }],
+            scale: None,
+        };
+        assert_eq!(c2r.bytes(16), (320, 288));
+    }
+
     fn dft2(x: &[Complex<f64>], rows: usize, cols: usize) -> Vec<Complex<f64>> {
         let mut out = vec![Complex::default(); rows * cols];
         for k0 in 0..rows {

@@ -1,12 +1,12 @@
-//! The local GEMM in pieces, each waiting only for its own operands, so that the movement of the
-//! next piece's operands overlaps this piece's GEMM (on the GPU the movements run on a second
-//! stream; on the CPU they run in order, with the same results).
+//! The local GEMM in pieces, each waiting only for its own operand, so that the movement of the
+//! next piece overlaps this piece's GEMM (on the GPU the movements run on a second stream; on
+//! the CPU they run in order, with the same results).
 //!
-//! - A gathered operand (`ag_gemm`) arrives in ring rounds: in round s every rank receives the
-//!   piece of rank `me - s`, a block of the product's columns (gathering b) or rows (gathering
-//!   a); round 0 is the rank's own piece, which needs no movement.
-//! - SUMMA's panels arrive in slices of k: slice j brings `a[my rows, kj]` and `b[kj, my cols]`
-//!   and its GEMM adds to the product.
+//! A gathered operand (`ag_gemm`) arrives in ring rounds: in round s every rank receives the
+//! piece of rank `me - s`, a block of the product's columns (gathering b) or rows (gathering a);
+//! round 0 is the rank's own piece, which needs no movement. With NVSHMEM (`nvshmem` in the
+//! spec's backends) each round is a put into the receiver's symmetric buffer, by the copy
+//! engines, so the GEMM keeps every SM; otherwise an NCCL exchange.
 
 use super::local::View;
 use crate::backend::Backend;
@@ -16,15 +16,44 @@ use crate::ops::step::{Movement, Staged};
 use crate::plan::TensorState;
 use anyhow::Result;
 
-/// Slices of k SUMMA's panels arrive in.
-const K_SLICES: u64 = 8;
+/// How a chunk's piece of the gathered operand arrives.
+pub enum Arrival<B: Backend> {
+    /// An exchange (NCCL on the GPU, MPI on the CPU).
+    Exchange(Box<Staged<B>>),
+    /// A put of every rank's own piece into `buf` of rank `to` (symmetric); the first round
+    /// first waits for every rank to be done with the buffers.
+    Put { buf: B::Buf, to: usize, first: bool },
+}
+
+impl<B: Backend> Arrival<B> {
+    /// The piece once arrived.
+    pub fn piece(&self) -> &B::Buf {
+        match self {
+            Arrival::Exchange(s) => &s.out,
+            Arrival::Put { buf, .. } => buf,
+        }
+    }
+
+    fn queue(&mut self, b: &B, input: &B::Buf) -> Result<()> {
+        match self {
+            Arrival::Exchange(s) => s.run(b, input).map(|_| ()),
+            Arrival::Put { buf, to, first } => {
+                if *first {
+                    b.put_barrier()?;
+                }
+                b.put((input, 0), (buf, 0), b.len(input), *to)?;
+                b.put_barrier()
+            }
+        }
+    }
+}
 
 /// One piece of the GEMM.
 pub struct Chunk<B: Backend> {
-    /// The piece of a, moved for this chunk; None: the operand's whole piece.
-    pub a: Option<Staged<B>>,
+    /// The piece of a that arrives for this chunk; None: the operand's whole piece.
+    pub a: Option<Arrival<B>>,
     /// The piece of b, likewise.
-    pub b: Option<Staged<B>>,
+    pub b: Option<Arrival<B>>,
     /// Views of the two operands as this chunk uses them.
     pub va: View,
     pub vb: View,
@@ -44,10 +73,10 @@ impl<B: Backend> Chunk<B> {
         let (ma, mb) = (&mut self.a, &mut self.b);
         b.side(&mut || {
             if let Some(s) = ma.as_mut() {
-                s.run(b, a_in)?;
+                s.queue(b, a_in)?;
             }
             if let Some(s) = mb.as_mut() {
-                s.run(b, b_in)?;
+                s.queue(b, b_in)?;
             }
             Ok(())
         })
@@ -106,6 +135,12 @@ pub fn ring<B: Backend>(
     if ranks < 2 || state.shape.len() != 2 || !one_block {
         return Ok(None);
     }
+    let elem = state.dtype.size() as usize;
+    let largest = pieces
+        .iter()
+        .map(|iv| extent(iv, 0) * extent(iv, 1))
+        .max()
+        .unwrap_or(0);
     let mut chunks = Vec::new();
     for s in 0..ranks {
         let from = |r: u64| ((r + ranks - s) % ranks) as usize;
@@ -117,6 +152,13 @@ pub fn ring<B: Backend>(
             .map_or(0, |&(lo, _)| lo as usize);
         let moved = if s == 0 {
             None
+        } else if let Some(buf) = b.symmetric(largest * elem)? {
+            let to = ((rank + s) % ranks) as usize;
+            Some(Arrival::Put {
+                buf,
+                to,
+                first: s == 1,
+            })
         } else {
             let custom = Custom {
                 shape: state.shape.clone(),
@@ -124,8 +166,8 @@ pub fn ring<B: Backend>(
                 pieces: (0..ranks).map(|r| pieces[from(r)].clone()).collect(),
             };
             let m = Movement::to(state, &custom, ranks, rank);
-            let bytes = view.rows * view.cols * state.dtype.size() as usize;
-            Some(Staged::new(b, m, bytes)?)
+            let bytes = view.rows * view.cols * elem;
+            Some(Arrival::Exchange(Box::new(Staged::new(b, m, bytes)?)))
         };
         chunks.push(match which {
             Gathered::B => Chunk {
@@ -147,54 +189,4 @@ pub fn ring<B: Backend>(
         });
     }
     Ok(Some(chunks))
-}
-
-/// SUMMA's panels in slices of k: a's rows of this rank's grid row and b's columns of its grid
-/// column, slice by slice (untransposed operands).
-pub fn summa<B: Backend>(b: &B, sa: &TensorState, sb: &TensorState) -> Result<Vec<Chunk<B>>> {
-    let (ranks, rank) = (b.ranks() as u64, b.rank() as u64);
-    let kk = sa.shape[1];
-    let slices = std::env::var("DISTRUN_K_SLICES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(K_SLICES);
-    let step = kk.div_ceil(slices).max(1);
-    let (pa, pb) = (
-        Placement::new(&sa.dist, &sa.shape, ranks),
-        Placement::new(&sb.dist, &sb.shape, ranks),
-    );
-    let slice = |p: &Placement, axis: usize, k: (u64, u64), r: u64| {
-        p.intervals(r).map(|mut iv| {
-            iv[axis] = vec![k];
-            iv
-        })
-    };
-    let mut chunks = Vec::new();
-    let mut k0 = 0;
-    while k0 < kk {
-        let k = (k0, (k0 + step).min(kk));
-        let moved = |state: &TensorState, p: &Placement, axis: usize| -> Result<_> {
-            let custom = Custom {
-                shape: state.shape.clone(),
-                layout: state.layout,
-                pieces: (0..ranks).map(|r| slice(p, axis, k, r)).collect(),
-            };
-            let view = view_of(&custom.pieces[rank as usize], state, false, false);
-            let m = Movement::to(state, &custom, ranks, rank);
-            let bytes = view.rows * view.cols * state.dtype.size() as usize;
-            Ok((Some(Staged::new(b, m, bytes)?), view))
-        };
-        let (a, va) = moved(sa, &pa, 1)?;
-        let (bm, vb) = moved(sb, &pb, 0)?;
-        chunks.push(Chunk {
-            a,
-            b: bm,
-            va,
-            vb,
-            at: (0, 0),
-            accumulate: k0 > 0,
-        });
-        k0 = k.1;
-    }
-    Ok(chunks)
 }

@@ -251,4 +251,45 @@ mod tests {
         // op(a) @ b = [[6, 8], [8, 10]], times 2.
         assert_eq!(got, [12., 16., 16., 20.]);
     }
+
+    #[test]
+    fn blocks_land_in_place_and_accumulate() {
+        // 1x1 products written into a 2x3 matrix: at (1, 2), then added to it.
+        let (one, two) = (bytes(&[3.0]), bytes(&[5.0]));
+        let v = View {
+            rows: 1,
+            cols: 1,
+            layout: Layout::C,
+            transpose: false,
+            conjugate: false,
+        };
+        let mut out = bytes(&[1., 1., 1., 1., 1., 1.]);
+        let mut block = Block {
+            at: (1, 2),
+            ld: 3,
+            accumulate: false,
+        };
+        gemm(
+            DType::F64,
+            (&one, v),
+            (&two, v),
+            (1.0, 0.0),
+            &mut out,
+            block,
+        );
+        block.accumulate = true;
+        gemm(
+            DType::F64,
+            (&one, v),
+            (&two, v),
+            (1.0, 0.0),
+            &mut out,
+            block,
+        );
+        let got: Vec<f64> = out
+            .chunks_exact(8)
+            .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(got, [1., 1., 1., 1., 1., 30.]);
+    }
 }

@@ -95,6 +95,7 @@ impl<B: Backend> Operand<B> {
 }
 
 /// Where an operand must be for the local GEMM.
+#[derive(Clone)]
 enum Target {
     /// In this distribution (nothing moves when it is there already).
     Dist(Distribution),
@@ -218,56 +219,42 @@ impl<B: Backend> PreparedMatmul<B> {
                 Reduction::None,
             ),
         };
-        // An operand gathered whole, or SUMMA's panels, arrive in pieces whose GEMMs overlap the
-        // movement of the next (chunks.rs); the operand itself then stays where it is.
+        // An operand gathered whole arrives in pieces whose GEMMs overlap the movement of the
+        // next (chunks.rs); the operand itself then stays where it is. Where it cannot, it is
+        // gathered in one exchange, as planned.
         let gathers = |t: &Target, s: &TensorState| {
             matches!(t, Target::Dist(Distribution::Replicated))
                 && !same_dist(&Distribution::Replicated, &s.dist)
         };
         let (gather_a, gather_b) = (gathers(&target_a, sa), gathers(&target_b, sb));
-        let summa = choice.algorithm == MatmulAlgorithm::Summa;
-        let stay = |s: &TensorState| Target::Dist(s.dist.clone());
-        let (target_a, target_b) = match (summa, gather_a, gather_b) {
-            (true, _, _) => (stay(sa), stay(sb)),
-            (false, true, false) => (stay(sa), target_b),
-            (false, false, true) => (target_a, stay(sb)),
-            _ => (target_a, target_b),
-        };
-        let a = Operand::new(b, sa, target_a, ta, step.conjugate_a)?;
-        let bop = Operand::new(b, sb, target_b, tb, step.conjugate_b)?;
-        let chunks = match (summa, gather_a, gather_b) {
-            (true, _, _) => Some(chunks::summa(b, sa, sb)?),
-            (false, true, false) => {
-                chunks::ring(b, Gathered::A, sa, (ta, step.conjugate_a), bop.view)?
+        let (mut a, mut bop) = (None, None);
+        let chunks = match (gather_a, gather_b) {
+            (true, false) => {
+                let other = Operand::new(b, sb, target_b.clone(), tb, step.conjugate_b)?;
+                let view = other.view;
+                bop = Some(other);
+                chunks::ring(b, Gathered::A, sa, (ta, step.conjugate_a), view)?
             }
-            (false, false, true) => {
-                chunks::ring(b, Gathered::B, sb, (tb, step.conjugate_b), a.view)?
+            (false, true) => {
+                let other = Operand::new(b, sa, target_a.clone(), ta, step.conjugate_a)?;
+                let view = other.view;
+                a = Some(other);
+                chunks::ring(b, Gathered::B, sb, (tb, step.conjugate_b), view)?
             }
             _ => None,
         };
-        // An operand that cannot arrive in pieces is gathered whole, as planned.
-        let (a, bop) = match (&chunks, gather_a || summa, gather_b || summa) {
-            (None, true, _) => (
-                Operand::new(
-                    b,
-                    sa,
-                    Target::Dist(Distribution::Replicated),
-                    ta,
-                    step.conjugate_a,
-                )?,
-                bop,
-            ),
-            (None, _, true) => (
-                a,
-                Operand::new(
-                    b,
-                    sb,
-                    Target::Dist(Distribution::Replicated),
-                    tb,
-                    step.conjugate_b,
-                )?,
-            ),
-            _ => (a, bop),
+        // A gathered operand that arrives in pieces stays where it is.
+        let target = |t: Target, s: &TensorState| match chunks {
+            Some(_) => Target::Dist(s.dist.clone()),
+            None => t,
+        };
+        let a = match a {
+            Some(a) => a,
+            None => Operand::new(b, sa, target(target_a, sa), ta, step.conjugate_a)?,
+        };
+        let bop = match bop {
+            Some(bop) => bop,
+            None => Operand::new(b, sb, target(target_b, sb), tb, step.conjugate_b)?,
         };
         let natural_intervals = Placement::new(&natural, &out.shape, ranks).intervals(rank);
         let rows: Vec<u64> = natural_intervals
@@ -287,8 +274,7 @@ impl<B: Backend> PreparedMatmul<B> {
         let direct = matches!(reduction, Reduction::None)
             && step.c.is_none()
             && step.bias.is_none()
-            && step.epilog.is_none()
-            && (!summa || chunks.is_none() || compute == sa.dtype);
+            && step.epilog.is_none();
         let acc = b.zeros(if direct { 0 } else { m_loc * n_loc * csize })?;
         // A GEMM that writes the result itself writes it in the result's layout (an F result
         // is the row-major product of the transposed operands); otherwise row-major.
@@ -408,8 +394,8 @@ impl<B: Backend> PreparedMatmul<B> {
                     if let Some(mark) = mark {
                         b.wait(mark)?;
                     }
-                    let ca = c.a.as_ref().map_or(pa, |s| &s.out);
-                    let cb = c.b.as_ref().map_or(pb, |s| &s.out);
+                    let ca = c.a.as_ref().map_or(pa, |s| s.piece());
+                    let cb = c.b.as_ref().map_or(pb, |s| s.piece());
                     gemm_block(
                         b,
                         dtype,

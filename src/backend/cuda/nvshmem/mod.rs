@@ -467,8 +467,8 @@ pub struct Nvshmem<'a> {
 }
 
 /// A buffer on the symmetric heap: the same size, and the same offset from the heap's base, on
-/// every rank. Freed (collectively) when dropped, or by [`Nvshmem::free`]; drop buffers in the
-/// same order on every rank.
+/// every rank. Freed (collectively) when dropped, so in the same order on every rank; the GPU
+/// backend keeps its buffers to the end instead (a rank failing alone must not wait in a free).
 pub struct SymBuf {
     shared: Arc<Shared>,
     ptr: u64,
@@ -666,19 +666,6 @@ impl<'a> Nvshmem<'a> {
         })
     }
 
-    /// Frees a symmetric buffer (collective), as dropping it does.
-    pub fn free(&self, buf: SymBuf) {
-        drop(buf);
-    }
-
-    /// The address through which this GPU loads and stores `buf` of rank `pe` directly (NVLink or
-    /// PCIe peer access), or None when that PE is reachable only through puts.
-    pub fn peer_ptr(&self, buf: &SymBuf, pe: usize) -> Option<u64> {
-        // SAFETY: a lookup in NVSHMEM's table of peer heap bases.
-        let p = unsafe { self.lib().nvshmem_ptr(buf.ptr as *const c_void, pe as i32) };
-        (!p.is_null()).then_some(p as u64)
-    }
-
     fn check_put(&self, dst: &SymBuf, dst_off: usize, bytes: usize, pe: usize) -> Result<()> {
         ensure!(
             dst_off.checked_add(bytes).is_some_and(|end| end <= dst.len),
@@ -695,8 +682,8 @@ impl<'a> Nvshmem<'a> {
 
     /// Queues on `stream` a copy of `bytes` from this GPU's `src_ptr` into `dst` at `dst_off` on
     /// rank `pe` (`nvshmemx_putmem_on_stream`). When the stream passes it, `src` may be reused;
-    /// the data is known to have arrived at `pe` only after [`Nvshmem::quiet_on_stream`] or
-    /// [`Nvshmem::barrier_all_on_stream`] on the same stream.
+    /// the data is known to have arrived at `pe` only after [`Nvshmem::barrier_all_on_stream`]
+    /// on the same stream.
     ///
     /// # Safety
     ///
@@ -729,47 +716,6 @@ impl<'a> Nvshmem<'a> {
         Ok(())
     }
 
-    /// As [`Nvshmem::put_on_stream`], but non-blocking (`nvshmemx_putmem_nbi_on_stream`): the
-    /// source may be reused only after [`Nvshmem::quiet_on_stream`] or a barrier on the stream.
-    ///
-    /// # Safety
-    ///
-    /// As for [`Nvshmem::put_on_stream`], with the source valid until that quiet or barrier.
-    pub unsafe fn put_nbi_on_stream(
-        &self,
-        dst: &SymBuf,
-        dst_off: usize,
-        src_ptr: u64,
-        bytes: usize,
-        pe: usize,
-        stream: &CudaStream,
-    ) -> Result<()> {
-        self.check_put(dst, dst_off, bytes, pe)?;
-        if bytes > 0 {
-            // SAFETY: bounds checked above; the caller vouches for the source and the stream.
-            unsafe {
-                self.lib().nvshmemx_putmem_nbi_on_stream(
-                    (dst.ptr as usize + dst_off) as *mut c_void,
-                    src_ptr as *const c_void,
-                    bytes,
-                    pe as i32,
-                    stream.cu_stream() as sys::cudaStream_t,
-                )
-            };
-        }
-        Ok(())
-    }
-
-    /// Queues on `stream` the completion of every put this rank issued before
-    /// (`nvshmemx_quiet_on_stream`): later work on the stream sees them delivered.
-    pub fn quiet_on_stream(&self, stream: &CudaStream) {
-        // SAFETY: a stream of the GPU NVSHMEM runs on (the backend has one).
-        unsafe {
-            self.lib()
-                .nvshmemx_quiet_on_stream(stream.cu_stream() as sys::cudaStream_t)
-        };
-    }
-
     /// Queues on `stream` a barrier over every rank (collective;
     /// `nvshmemx_barrier_all_on_stream`): work after it on any rank's stream starts once every
     /// rank's stream reached it, with every put issued before it complete and visible.
@@ -779,19 +725,6 @@ impl<'a> Nvshmem<'a> {
             self.lib()
                 .nvshmemx_barrier_all_on_stream(stream.cu_stream() as sys::cudaStream_t)
         };
-    }
-
-    /// A barrier over every rank from the host (collective; `nvshmem_barrier_all`), completing
-    /// the puts issued before it. It does not wait for work queued on the caller's streams:
-    /// synchronize them first.
-    pub fn barrier_all(&self) {
-        // SAFETY: NVSHMEM is initialized; every rank calls it.
-        unsafe { self.lib().nvshmem_barrier_all() };
-    }
-
-    /// Finalizes NVSHMEM now (collective), as dropping does.
-    pub fn finalize(self) {
-        drop(self);
     }
 
     /// Gives NVSHMEM up without the collective teardown, for error paths where other ranks may
