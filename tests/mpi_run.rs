@@ -573,3 +573,26 @@ fn a_cuda_spec_without_cuda_is_refused_before_anything_runs() {
     );
     assert!(!out.exists());
 }
+
+#[test]
+fn queued_timing_reports_the_mean_of_back_to_back_iterations() {
+    let spec = temp_spec(
+        "queued.toml",
+        "[job]\nname = \"queued\"\n[tensors.x]\nshape = [4096]\ndtype = \"f32\"\n\
+         distribution = \"partial\"\ninit = { arange = {} }\n\
+         [[steps]]\nop = \"all_reduce\"\ninput = \"x\"\nout = \"y\"\nwarmup = 2\niterations = 50\n\
+         timing = \"queued\"\ncheck = true\n[output]\ntensors = [\"y\"]\n",
+    );
+    for p in [1, 3] {
+        let out = temp_dir(&format!("queued-{p}")).join("run");
+        let ran = run_at(p, &spec, &out);
+        assert_eq!(ran.code, 0, "{}", ran.stderr);
+        assert_checks_passed(&out);
+        let step = &manifest(&out)["steps"][0];
+        assert_eq!(step["iterations"], 50);
+        let t = &step["time_s"];
+        // One mean for all 50: min, median and max agree, and it is a real duration.
+        assert_eq!(t["min"], t["max"]);
+        assert!(t["median"].as_f64().unwrap() > 0.0, "{step}");
+    }
+}

@@ -380,6 +380,19 @@ fn timed<B: Backend>(
     mut run: impl FnMut() -> Result<()>,
 ) -> Result<Vec<f64>> {
     let common = step.common();
+    if common.timing == crate::spec::step::Timing::Queued {
+        for _ in 0..common.warmup {
+            run()?;
+        }
+        b.barrier()?;
+        b.align()?;
+        let n = common.iterations;
+        let t = b.time(&mut || (0..n).try_for_each(|_| run()))?;
+        b.synchronize()?;
+        let t = b.max_over_ranks(t)? / f64::from(n);
+        progress.iteration(common.warmup, t);
+        return Ok(vec![t; n as usize]);
+    }
     let mut times = Vec::with_capacity(common.iterations as usize);
     for k in 0..common.warmup + common.iterations {
         b.barrier()?;

@@ -20,6 +20,23 @@ pub struct StepCommon {
     /// Run the op's own verification and record it in the manifest (default false).
     #[serde(default)]
     pub check: bool,
+    /// How iterations are timed: `each` (default) alone, between barriers, the slowest rank's
+    /// time; `queued` all back to back between one pair of events, each the mean (as nccl-tests
+    /// and cupy time): the host's cost of queuing them then shows only where it exceeds the
+    /// device's time.
+    #[serde(default)]
+    pub timing: Timing,
+}
+
+/// How a step's iterations are timed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Timing {
+    /// Each iteration alone, after a barrier: min, median and max over iterations.
+    #[default]
+    Each,
+    /// All iterations queued back to back: their mean.
+    Queued,
 }
 
 fn one() -> u32 {
