@@ -219,24 +219,15 @@ impl Backend for Cpu<'_> {
         let block = local::Block {
             at: out.at,
             ld: out.ld,
-            accumulate: out.accumulate,
         };
         if out.dtype == compute {
             local::gemm(compute, (&wa, a.1), (&wb, b.1), alpha, out.buf, block);
             return Ok(());
         }
         // Rounded to the dtype: the product in the compute type first, then its rows placed.
-        anyhow::ensure!(
-            !out.accumulate,
-            "a GEMM accumulates only in its compute type"
-        );
         let (m, n) = (a.1.dims().0, b.1.dims().1);
         let mut acc = vec![0u8; m * n * compute.size() as usize];
-        let whole = local::Block {
-            at: (0, 0),
-            ld: n,
-            accumulate: false,
-        };
+        let whole = local::Block { at: (0, 0), ld: n };
         local::gemm(compute, (&wa, a.1), (&wb, b.1), alpha, &mut acc, whole);
         let mut rounded = vec![0u8; m * n * out.dtype.size() as usize];
         let none = epilog::Addends {

@@ -45,8 +45,8 @@ pub trait Backend {
     /// Strided element copies from `src` into `dst` (elements of `elem` bytes).
     fn copy_runs(&self, src: &Self::Buf, dst: &mut Self::Buf, runs: &[Run], elem: usize);
 
-    /// The m x n block of `out` at `out.at` = `alpha * op(a) @ op(b)` (or `+=` when
-    /// `out.accumulate`), for pieces stored in `dtype`.
+    /// The m x n block of `out` at `out.at` = `alpha * op(a) @ op(b)`, for pieces stored in
+    /// `dtype`.
     fn gemm(
         &self,
         dtype: DType,
@@ -159,28 +159,12 @@ pub trait Backend {
 pub struct Out<'a, T> {
     /// The matrix's buffer.
     pub buf: &'a mut T,
-    /// Its element type: the compute type of the operands' dtype, or that dtype (rounded once;
-    /// never accumulated).
+    /// Its element type: the compute type of the operands' dtype, or that dtype (rounded once).
     pub dtype: DType,
     /// The block's first row and column.
     pub at: (usize, usize),
     /// Elements per row of the matrix.
     pub ld: usize,
-    /// Add to the block instead of overwriting it.
-    pub accumulate: bool,
-}
-
-impl<'a, T> Out<'a, T> {
-    /// The whole of a matrix of `cols` columns, overwritten.
-    pub fn whole(buf: &'a mut T, dtype: DType, cols: usize) -> Self {
-        Out {
-            buf,
-            dtype,
-            at: (0, 0),
-            ld: cols,
-            accumulate: false,
-        }
-    }
 }
 
 /// Element-wise sums of a few host values over the ranks (check statistics).

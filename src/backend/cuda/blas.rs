@@ -226,7 +226,7 @@ impl Cuda<'_> {
         Ok(dst)
     }
 
-    /// The m x n block `out` (row-major, in the compute type or `dtype` itself) = (or +=)
+    /// The m x n block `out` (row-major, in the compute type or `dtype` itself) =
     /// `alpha * op(a) @ op(b)`.
     pub(super) fn gemm_on(
         &self,
@@ -257,8 +257,7 @@ impl Cuda<'_> {
         );
         let po = out.buf.data.device_ptr_mut(&self.stream).0
             + ((out.at.0 * ld + out.at.1) * size) as u64;
-        let beta = if out.accumulate { 1.0 } else { 0.0 };
-        let (alpha, beta) = (scalar_bytes(kind, alpha), scalar_bytes(kind, (beta, 0.0)));
+        let (alpha, beta) = (scalar_bytes(kind, alpha), scalar_bytes(kind, (0.0, 0.0)));
         // SAFETY: the views describe the pieces; the block lies inside `out` (checked); the
         // scalars live through the call (host pointer mode).
         unsafe {

@@ -59,8 +59,6 @@ pub struct Chunk<B: Backend> {
     pub vb: View,
     /// Row and column of the product where this chunk's block goes.
     pub at: (usize, usize),
-    /// Adds to the product (a later slice of k).
-    pub accumulate: bool,
 }
 
 impl<B: Backend> Chunk<B> {
@@ -176,7 +174,6 @@ pub fn ring<B: Backend>(
                 va: other,
                 vb: view,
                 at: (0, start),
-                accumulate: false,
             },
             Gathered::A => Chunk {
                 a: moved,
@@ -184,7 +181,6 @@ pub fn ring<B: Backend>(
                 va: view,
                 vb: other,
                 at: (start, 0),
-                accumulate: false,
             },
         });
     }

@@ -77,19 +77,17 @@ impl View {
 }
 
 /// Where the local GEMM writes: the block at row `at.0`, column `at.1` of a row-major matrix
-/// of `ld` columns in the compute type, overwritten or added to.
+/// of `ld` columns in the compute type.
 #[derive(Debug, Clone, Copy)]
 pub struct Block {
     /// First row and column of the block.
     pub at: (usize, usize),
     /// Elements per row of the matrix.
     pub ld: usize,
-    /// Add the product to the block.
-    pub accumulate: bool,
 }
 
-/// The m x n `block` of `out` (compute type) = (or +=) `alpha * op(a) @ op(b)`, with `a` and
-/// `b` in their compute type.
+/// The m x n `block` of `out` (compute type) = `alpha * op(a) @ op(b)`, with `a` and `b` in
+/// their compute type.
 pub fn gemm(
     compute: DType,
     a: (&[u8], View),
@@ -136,7 +134,7 @@ fn typed<T: Copy>(bytes: &[u8]) -> Cow<'_, [T]> {
     }
 }
 
-fn run<T: ComplexField + Copy + Default + std::ops::Add<Output = T>>(
+fn run<T: ComplexField + Copy + Default>(
     a: (&[u8], View),
     b: (&[u8], View),
     alpha: T,
@@ -180,30 +178,21 @@ fn run<T: ComplexField + Copy + Default + std::ops::Add<Output = T>>(
             MatMut::<T>::from_raw_parts_mut(dst_ptr, m, n, dst_ld as isize, 1),
         )
     };
-    let accum = if block.accumulate && aligned {
-        Accum::Add
-    } else {
-        Accum::Replace
-    };
-    let par = Par::rayon(0);
+    let (par, replace) = (Par::rayon(0), Accum::Replace);
     use faer::linalg::matmul::matmul;
     match (a.1.conjugate, b.1.conjugate) {
-        (false, false) => matmul(d, accum, l, r, alpha, par),
-        (true, false) => matmul(d, accum, l.conjugate(), r, alpha, par),
-        (false, true) => matmul(d, accum, l, r.conjugate(), alpha, par),
-        (true, true) => matmul(d, accum, l.conjugate(), r.conjugate(), alpha, par),
+        (false, false) => matmul(d, replace, l, r, alpha, par),
+        (true, false) => matmul(d, replace, l.conjugate(), r, alpha, par),
+        (false, true) => matmul(d, replace, l, r.conjugate(), alpha, par),
+        (true, true) => matmul(d, replace, l.conjugate(), r.conjugate(), alpha, par),
     }
     if !aligned {
         for (i, row) in own.chunks_exact(n).enumerate() {
             for (j, &v) in row.iter().enumerate() {
                 let at = (base + i * block.ld + j) * size;
                 let p = out[at..at + size].as_mut_ptr() as *mut T;
-                // SAFETY: `size` bytes inside `out`, read and written unaligned.
-                unsafe {
-                    let old = std::ptr::read_unaligned(p);
-                    let new = if block.accumulate { old + v } else { v };
-                    std::ptr::write_unaligned(p, new);
-                }
+                // SAFETY: `size` bytes inside `out`, written unaligned.
+                unsafe { std::ptr::write_unaligned(p, v) };
             }
         }
     }
@@ -238,11 +227,7 @@ mod tests {
             conjugate: false,
         };
         let mut out = vec![0u8; 4 * 8];
-        let whole = Block {
-            at: (0, 0),
-            ld: 2,
-            accumulate: false,
-        };
+        let whole = Block { at: (0, 0), ld: 2 };
         gemm(DType::F64, (&a, va), (&b, vb), (2.0, 0.0), &mut out, whole);
         let got: Vec<f64> = out
             .chunks_exact(8)
@@ -253,8 +238,8 @@ mod tests {
     }
 
     #[test]
-    fn blocks_land_in_place_and_accumulate() {
-        // 1x1 products written into a 2x3 matrix: at (1, 2), then added to it.
+    fn blocks_land_in_place() {
+        // A 1x1 product written into a 2x3 matrix at (1, 2).
         let (one, two) = (bytes(&[3.0]), bytes(&[5.0]));
         let v = View {
             rows: 1,
@@ -264,20 +249,7 @@ mod tests {
             conjugate: false,
         };
         let mut out = bytes(&[1., 1., 1., 1., 1., 1.]);
-        let mut block = Block {
-            at: (1, 2),
-            ld: 3,
-            accumulate: false,
-        };
-        gemm(
-            DType::F64,
-            (&one, v),
-            (&two, v),
-            (1.0, 0.0),
-            &mut out,
-            block,
-        );
-        block.accumulate = true;
+        let block = Block { at: (1, 2), ld: 3 };
         gemm(
             DType::F64,
             (&one, v),
@@ -290,6 +262,6 @@ mod tests {
             .chunks_exact(8)
             .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
             .collect();
-        assert_eq!(got, [1., 1., 1., 1., 1., 30.]);
+        assert_eq!(got, [1., 1., 1., 1., 1., 15.]);
     }
 }

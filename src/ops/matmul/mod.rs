@@ -270,7 +270,6 @@ impl<B: Backend> PreparedMatmul<B> {
         };
         let compute = local::compute_dtype(sa.dtype);
         let csize = compute.size() as usize;
-        // Slices of k add up: in place only in the compute type.
         let direct = matches!(reduction, Reduction::None)
             && step.c.is_none()
             && step.bias.is_none()
@@ -383,7 +382,6 @@ impl<B: Backend> PreparedMatmul<B> {
                 alpha,
                 (target, tdtype, layout, dims),
                 (0, 0),
-                false,
             )?,
             Some(chunks) => {
                 let marks = chunks
@@ -404,7 +402,6 @@ impl<B: Backend> PreparedMatmul<B> {
                         alpha,
                         (&mut *target, tdtype, layout, dims),
                         c.at,
-                        c.accumulate,
                     )?;
                 }
             }
@@ -500,7 +497,7 @@ impl<B: Backend> PreparedMatmul<B> {
     }
 }
 
-/// The block at `at` of the product (rows x cols `dims`, stored in `layout`) = (or +=)
+/// The block at `at` of the product (rows x cols `dims`, stored in `layout`) =
 /// `alpha * op(a) @ op(b)`: a column-major product is the row-major product of the transposed
 /// operands.
 #[allow(clippy::too_many_arguments)]
@@ -517,7 +514,6 @@ fn gemm_block<B: Backend>(
         (usize, usize),
     ),
     at: (usize, usize),
-    accumulate: bool,
 ) -> Result<()> {
     let (at, ld, first, second) = match layout {
         Layout::C => (at, cols, (pa, va), (pb, vb)),
@@ -533,7 +529,6 @@ fn gemm_block<B: Backend>(
         dtype: tdtype,
         at,
         ld,
-        accumulate,
     };
     b.gemm(dtype, first, second, alpha, out)
 }
