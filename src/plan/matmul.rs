@@ -117,10 +117,17 @@ fn candidates(case: &MatmulCase<'_>) -> Vec<Candidate> {
         (Split::Whole, Split::Whole) => add(Local, Distribution::Replicated, &["local GEMM"], 0.0),
         _ => {}
     }
-    if sa == Split::Rows && matches!(sb, Split::Rows | Split::Cols) {
+    // Pieces that are whole blocks of the product's columns (rows) arrive in ring rounds, each
+    // round's GEMM overlapping the next round's move (ops::matmul::chunks).
+    let ring = "GEMM per ring round as each piece arrives";
+    if sa == Split::Rows && sb == Split::Cols {
+        add(AgGemm, slab(0), &["all-gather b", ring], f * size_b);
+    } else if sa == Split::Rows && sb == Split::Rows {
         add(AgGemm, slab(0), &["all-gather b", "local GEMM"], f * size_b);
     }
-    if sb == Split::Cols && matches!(sa, Split::Rows | Split::Cols) {
+    if sb == Split::Cols && sa == Split::Rows {
+        add(AgGemm, slab(1), &["all-gather a", ring], f * size_a);
+    } else if sb == Split::Cols && sa == Split::Cols {
         add(AgGemm, slab(1), &["all-gather a", "local GEMM"], f * size_a);
     }
     if sa == Split::Cols && sb == Split::Rows {
