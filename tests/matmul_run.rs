@@ -360,3 +360,50 @@ fn freivalds_catches_a_corrupted_product() {
         assert_eq!(manifest(&out)["steps"][0]["check"]["passed"], false);
     }
 }
+
+/// Operands some ranks hold none of: a root-held b (gathered in one exchange, never in ring
+/// rounds), and an f16 product with fewer result columns than ranks (ranks with empty blocks),
+/// each against a naive product of the values the test wrote.
+#[test]
+fn operands_some_ranks_hold_none_of() {
+    let dir = temp_dir("mm-empty");
+    let (m, k, n) = (4usize, 6usize, 2usize);
+    let a = values(11, m * k, false);
+    let b = values(12, k * n, false);
+    for dtype in [DType::F64, DType::F16] {
+        let name = format!("{dtype}");
+        write_values(&dir, &format!("a{name}"), dtype, &[m as u64, k as u64], &a);
+        write_values(&dir, &format!("b{name}"), dtype, &[k as u64, n as u64], &b);
+    }
+    let spec = "[job]\nname = \"empty\"\n\
+        [tensors.af64]\nshape = [4, 6]\ndtype = \"f64\"\ndistribution = { slab = 0 }\ninit = { npy = \"af64.npy\" }\n\
+        [tensors.bf64]\nshape = [6, 2]\ndtype = \"f64\"\ndistribution = { root = 0 }\ninit = { npy = \"bf64.npy\" }\n\
+        [tensors.af16]\nshape = [4, 6]\ndtype = \"f16\"\ndistribution = { slab = 0 }\ninit = { npy = \"af16.npy\" }\n\
+        [tensors.bf16]\nshape = [6, 2]\ndtype = \"f16\"\ndistribution = { slab = 1 }\ninit = { npy = \"bf16.npy\" }\n\
+        [[steps]]\nop = \"matmul\"\na = \"af64\"\nb = \"bf64\"\nout = \"d64\"\ncheck = true\n\
+        [[steps]]\nop = \"matmul\"\na = \"af16\"\nb = \"bf16\"\nout = \"d16\"\nalgorithm = \"ag_gemm\"\ncheck = true\n\
+        [output]\ngather = true\ntensors = [\"d64\", \"d16\"]\n";
+    let path = dir.join("empty.toml");
+    std::fs::write(&path, spec).unwrap();
+    let want: Vec<f64> = (0..m * n)
+        .map(|ij| {
+            (0..k)
+                .map(|l| a[ij / n * k + l].0 * b[l * n + ij % n].0)
+                .sum()
+        })
+        .collect();
+    for p in [2, 3] {
+        let out = dir.join(format!("run-{p}"));
+        run_ok(p, &path, &out, &[]);
+        for (name, tol) in [("d64", 1e-12), ("d16", 2e-2)] {
+            let (shape, got) = read_npy(&out.join(format!("{name}.npy")));
+            assert_eq!(shape, [m as u64, n as u64]);
+            for (g, w) in got.iter().zip(&want) {
+                assert!(
+                    (g - w).abs() <= tol * (1.0 + w.abs()),
+                    "{name} at {p} ranks: {g} vs {w}"
+                );
+            }
+        }
+    }
+}

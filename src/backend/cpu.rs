@@ -226,6 +226,9 @@ impl Backend for Cpu<'_> {
         }
         // Rounded to the dtype: the product in the compute type first, then its rows placed.
         let (m, n) = (a.1.dims().0, b.1.dims().1);
+        if m == 0 || n == 0 {
+            return Ok(());
+        }
         let mut acc = vec![0u8; m * n * compute.size() as usize];
         let whole = local::Block { at: (0, 0), ld: n };
         local::gemm(compute, (&wa, a.1), (&wb, b.1), alpha, &mut acc, whole);

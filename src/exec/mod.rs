@@ -119,7 +119,7 @@ fn run_on<B: Backend>(
 
 /// NVSHMEM's symmetric heap where the spec's backends name `nvshmem`: the plan's symmetric
 /// tensors, plus room for what arrives by puts in every step (symmetric buffers are not freed
-/// before the end): the pieces a matmul gathers (at most both operands whole).
+/// before the end): the pieces a matmul gathers (at most P times each operand's largest piece).
 fn nvshmem_heap(loaded: &Loaded, plan: &Plan) -> Option<usize> {
     let spec = &loaded.spec;
     let wanted = spec
@@ -130,9 +130,15 @@ fn nvshmem_heap(loaded: &Loaded, plan: &Plan) -> Option<usize> {
     if !wanted {
         return None;
     }
+    // A ring round's buffer is the largest piece of the operand: P of them bound the rounds.
+    let ranks = plan.ranks;
     let bytes = |name: &str| {
         plan.tensors.get(name).map_or(0, |t| {
-            t.state.shape.iter().product::<u64>() * t.state.dtype.size()
+            let largest = (0..ranks)
+                .map(|r| crate::ops::step::local_bytes(&t.state, ranks, r))
+                .max()
+                .unwrap_or(0);
+            largest as u64 * ranks
         })
     };
     let workspace = spec

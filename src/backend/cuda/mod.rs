@@ -422,11 +422,15 @@ impl Backend for Cuda<'_> {
         let mut tables = self.tables.borrow_mut();
         let table = match tables.entry(key) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => e.insert(
-                self.st()
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let on_gpu = self
+                    .st()
                     .clone_htod(&table)
-                    .expect("copying a run table to the GPU"),
-            ),
+                    .expect("copying a run table to the GPU");
+                // Complete before any stream uses it (it may be uploaded on the side stream).
+                self.st().synchronize().expect("a run table's upload");
+                e.insert(on_gpu)
+            }
         };
         let longest = runs.iter().map(|r| r.count * elem).max().unwrap_or(0);
         let chunks = longest.div_ceil(65536).clamp(1, 1024) as u32;

@@ -8,7 +8,7 @@
 //! the other's batch bounds. Each batch moves by an all-to-all (NCCL on the GPU): NVSHMEM puts
 //! into a symmetric result were measured slower here (bench/RESULTS.md), unlike for matmul.
 
-use super::local::Phase;
+use super::local::{AxisOp, Phase};
 use crate::backend::Backend;
 use crate::dist::Placement;
 use crate::ops::exchange::Run;
@@ -75,7 +75,12 @@ impl<B: Backend> Batched<B> {
         let n = xs.iter().map(|x| x.1).min().unwrap_or(0).clamp(1, BATCHES);
         let elem = middle.dtype.size() as usize;
         let in_plane = phase1.shape[1..].iter().product::<usize>();
-        let in_elem = phase1.bytes(elem).0 / phase1.shape.iter().product::<usize>().max(1);
+        // Bytes per input value: an r2c reads reals (the same on every rank, so every rank
+        // takes the same decision below).
+        let in_elem = match phase1.ops.first() {
+            Some(AxisOp::R2c) => elem / 2,
+            _ => elem,
+        };
         // cuFFT wants its batches 16-byte aligned: planes of other sizes go in one exchange.
         if !(in_plane * in_elem).is_multiple_of(16) || !(n1 * inner * elem).is_multiple_of(16) {
             return Ok(None);

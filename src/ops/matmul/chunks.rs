@@ -126,10 +126,11 @@ pub fn ring<B: Backend>(
     let placement = Placement::new(&state.dist, &state.shape, ranks);
     let pieces: Vec<Option<Intervals>> = (0..ranks).map(|q| placement.intervals(q)).collect();
     let whole_k = vec![(0, state.shape[k])];
-    let one_block = pieces
-        .iter()
-        .flatten()
-        .all(|iv| iv[k] == whole_k && iv[free].len() <= 1);
+    // Every rank holds a piece (a root-held operand, say, is gathered in one exchange).
+    let one_block = pieces.iter().all(|iv| {
+        iv.as_ref()
+            .is_some_and(|iv| iv[k] == whole_k && iv[free].len() <= 1)
+    });
     if ranks < 2 || state.shape.len() != 2 || !one_block {
         return Ok(None);
     }
