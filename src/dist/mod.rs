@@ -289,4 +289,4 @@ pub fn linear_offset(index: &[u64], shape: &[u64], layout: crate::spec::tensor::
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

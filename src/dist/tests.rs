@@ -13,7 +13,7 @@ use proptest::sample::Index;
 // ---------------------------------------------------------------------------------------------
 
 /// Calls `f` on every index of `shape`, in C order.
-fn for_each_index(shape: &[u64], mut f: impl FnMut(&[u64])) {
+pub(crate) fn for_each_index(shape: &[u64], mut f: impl FnMut(&[u64])) {
     if shape.contains(&0) {
         return;
     }

@@ -77,7 +77,7 @@ mod scalar;
 mod value;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use fill::generate;
 pub use index::IndexMap;

@@ -423,21 +423,10 @@ pub fn generate(
 mod tests {
     use super::*;
     use crate::init;
-    use crate::plan::resolve::TensorState;
+    use crate::init::tests::state;
     use crate::spec::tensor::{
         Arange, Axis, BlockCyclicSpec, Distribution, GridLayout, Init, Layout, Normal, Uniform,
     };
-
-    const DTYPES: [DType; 12] = DType::ALL;
-
-    fn state(shape: &[u64], dtype: DType, layout: Layout, dist: Distribution) -> TensorState {
-        TensorState {
-            shape: shape.to_vec(),
-            dtype,
-            layout,
-            dist,
-        }
-    }
 
     /// Distributions with uneven, permuted and empty pieces, for 3-d shapes on 4 ranks.
     fn distributions() -> Vec<Distribution> {
@@ -510,9 +499,9 @@ mod tests {
 
     #[test]
     fn codes_follow_the_kernels_numbering() {
-        let codes: Vec<u32> = DTYPES.iter().map(|&d| dtype_code(d)).collect();
+        let codes: Vec<u32> = DType::ALL.iter().map(|&d| dtype_code(d)).collect();
         assert_eq!(codes, (0..12).collect::<Vec<_>>());
-        // The kernel's enum, in the same order as DTYPES' names.
+        // The kernel's enum, in the same order as DType::ALL's names.
         assert!(KERNEL.contains(
             "F16 = 0, BF16 = 1, F32 = 2, F64 = 3, C64 = 4, C128 = 5,\n       \
              I8 = 6, U8 = 7, I32 = 8, U32 = 9, I64 = 10, U64 = 11"
@@ -631,7 +620,7 @@ mod tests {
         let ctx = CudaContext::new(0).expect("a GPU");
         let stream = ctx.default_stream();
         let (mut pieces, mut elements) = (0u64, 0u64);
-        for dtype in DTYPES {
+        for dtype in DType::ALL {
             for init in inits() {
                 for map in maps(&[9, 7, 40], dtype) {
                     let g = init::Generator::new(&init, 42, "t", dtype).unwrap();

@@ -6,41 +6,24 @@ mod npy;
 mod scalar;
 mod values;
 
+use crate::dist::tests::for_each_index;
 use crate::dist::{Placement, check, linear_offset, process_grid};
 use crate::plan::resolve::TensorState;
 use crate::spec::diag::KeyPath;
 use crate::spec::tensor::*;
 
 /// A tensor as created.
-fn state(shape: &[u64], dtype: DType, layout: Layout, dist: Distribution) -> TensorState {
+pub(crate) fn state(
+    shape: &[u64],
+    dtype: DType,
+    layout: Layout,
+    dist: Distribution,
+) -> TensorState {
     TensorState {
         shape: shape.to_vec(),
         dtype,
         layout,
         dist,
-    }
-}
-
-/// Calls `f` on every index of `shape`, in C order.
-fn for_each_index(shape: &[u64], mut f: impl FnMut(&[u64])) {
-    if shape.contains(&0) {
-        return;
-    }
-    let mut idx = vec![0u64; shape.len()];
-    loop {
-        f(&idx);
-        let mut a = shape.len();
-        loop {
-            if a == 0 {
-                return;
-            }
-            a -= 1;
-            idx[a] += 1;
-            if idx[a] < shape[a] {
-                break;
-            }
-            idx[a] = 0;
-        }
     }
 }
 

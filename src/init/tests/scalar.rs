@@ -4,8 +4,6 @@ use super::super::scalar::round_f64;
 use crate::init::{Scalar, decode, encode};
 use crate::spec::tensor::DType;
 
-const ALL: [DType; 12] = DType::ALL;
-
 fn enc(dtype: DType, v: Scalar) -> Vec<u8> {
     let mut out = vec![0u8; dtype.size() as usize];
     encode(dtype, v, &mut out);
@@ -18,7 +16,7 @@ fn roundtrip(dtype: DType, v: Scalar) -> Scalar {
 
 #[test]
 fn representable_values_round_trip_in_every_dtype() {
-    for dtype in ALL {
+    for dtype in DType::ALL {
         let values: Vec<Scalar> = if dtype.is_complex() {
             vec![Scalar::Complex(1.5, -0.25), Scalar::Complex(-3.0, 0.0)]
         } else if dtype.is_float() {
@@ -37,7 +35,7 @@ fn representable_values_round_trip_in_every_dtype() {
 #[test]
 fn bytes_round_trip_through_decode_and_encode() {
     let mut x = 0x1234_5678_9abc_def0u64;
-    for dtype in ALL {
+    for dtype in DType::ALL {
         for _ in 0..2000 {
             x = crate::init::splitmix64(x);
             let bytes = &x.to_le_bytes().repeat(2)[..dtype.size() as usize];
