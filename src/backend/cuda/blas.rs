@@ -309,12 +309,10 @@ impl Cuda<'_> {
         let (ct, ot) = (code(compute)?, code(dtype)?);
         let ptr = |b: &DevBuf| b.data.device_ptr(&self.stream).0;
         let (c, beta) = add.c.map_or((0, 0.0), |(beta, c)| (ptr(c), beta));
-        let rows = match add.bias {
-            Some((_, rows)) => Some(self.stream.clone_htod(rows)?),
-            None => None,
+        let (bias, rows_ptr) = match add.bias {
+            Some((b, rows)) => (ptr(b), self.device_table(rows)?),
+            None => (0, 0),
         };
-        let bias = add.bias.map_or(0, |(b, _)| ptr(b));
-        let rows_ptr = rows.as_ref().map_or(0, |r| r.device_ptr(&self.stream).0);
         let pre_ptr = match pre {
             Some(p) => {
                 if p.len != acc.len {
@@ -350,7 +348,6 @@ impl Cuda<'_> {
             .arg(&n);
         // SAFETY: n elements in acc, out, c and pre; rows has one entry per local row.
         unsafe { launch.launch(launch_config(n)) }?;
-        drop(rows);
         Ok(())
     }
 }

@@ -179,7 +179,7 @@ pub struct Cuda<'a> {
     blas: OnceCell<blas::Handle>,
     /// NVSHMEM, when the spec's backends name it (its symmetric buffers take puts).
     nvshmem: Option<nvshmem::Nvshmem<'a>>,
-    /// Copy-run tables on the GPU, by hash of their contents and length.
+    /// Kernel tables on the GPU, by hash of their contents and length ([`Cuda::device_table`]).
     tables: RefCell<std::collections::HashMap<(u64, usize), CudaSlice<u64>>>,
     ffts: RefCell<Vec<(DType, Phase, Vec<fft::Plan>)>>,
     name: String,
@@ -321,6 +321,28 @@ impl<'a> Cuda<'a> {
         })
     }
 
+    /// The device address of a copy of `values` (kernel tables: copy runs, bias rows). Steps
+    /// pass the same tables every iteration, so each is copied to the GPU once and kept, keyed
+    /// by a hash of its contents.
+    fn device_table(&self, values: &[u64]) -> Result<u64> {
+        // SAFETY: u64s read as their bytes.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(values.as_ptr() as *const u8, std::mem::size_of_val(values))
+        };
+        let key = (xxhash_rust::xxh3::xxh3_64(bytes), values.len());
+        let mut tables = self.tables.borrow_mut();
+        let table = match tables.entry(key) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let on_gpu = self.st().clone_htod(values)?;
+                // Complete before any stream uses it (it may be uploaded on the side stream).
+                self.st().synchronize()?;
+                e.insert(on_gpu)
+            }
+        };
+        Ok(table.device_ptr(&self.stream).0)
+    }
+
     /// The stream data movement goes to now: the side stream inside a `side` stretch.
     fn st(&self) -> &Arc<CudaStream> {
         if self.on_side.get() {
@@ -416,22 +438,9 @@ impl Backend for Cuda<'_> {
             .iter()
             .flat_map(|r| [r.src, r.dst, r.count, r.src_stride, r.dst_stride].map(|x| x as u64))
             .collect();
-        // Exchange plans repeat their tables every iteration: each is copied to the GPU once.
-        let bytes: Vec<u8> = table.iter().flat_map(|x| x.to_le_bytes()).collect();
-        let key = (xxhash_rust::xxh3::xxh3_64(&bytes), table.len());
-        let mut tables = self.tables.borrow_mut();
-        let table = match tables.entry(key) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => {
-                let on_gpu = self
-                    .st()
-                    .clone_htod(&table)
-                    .expect("copying a run table to the GPU");
-                // Complete before any stream uses it (it may be uploaded on the side stream).
-                self.st().synchronize().expect("a run table's upload");
-                e.insert(on_gpu)
-            }
-        };
+        let table = self
+            .device_table(&table)
+            .expect("copying a run table to the GPU");
         let longest = runs.iter().map(|r| r.count * elem).max().unwrap_or(0);
         let chunks = longest.div_ceil(65536).clamp(1, 1024) as u32;
         let (n, elem) = (runs.len() as u64, elem as u64);
@@ -444,7 +453,7 @@ impl Backend for Cuda<'_> {
         launch
             .arg(&*src.data)
             .arg(&mut *dst.data)
-            .arg(&*table)
+            .arg(&table)
             .arg(&n)
             .arg(&elem);
         // SAFETY: the runs stay inside both buffers (the exchange plans size them).
