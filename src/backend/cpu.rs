@@ -1,7 +1,7 @@
 //! The CPU backend: host buffers, copies in parallel with rayon, communication through MPI (or
 //! nothing, for one rank).
 
-use super::{Backend, Out};
+use super::{Backend, Out, Rows};
 use crate::ops::exchange::Run;
 use crate::ops::fft::local as fft;
 use crate::ops::matmul::{epilog, local};
@@ -372,7 +372,7 @@ impl Backend for Cpu<'_> {
         Ok(None)
     }
 
-    fn put(&self, _: (&Vec<u8>, usize), _: (&Vec<u8>, usize), _: usize, _: usize) -> Result<()> {
+    fn put(&self, _: (&Vec<u8>, usize), _: (&Vec<u8>, usize), _: Rows, _: usize) -> Result<()> {
         anyhow::bail!("the CPU backend has no symmetric buffers to put into")
     }
 

@@ -14,6 +14,41 @@ use crate::spec::step::{Epilog, ReduceOp};
 use crate::spec::tensor::DType;
 use anyhow::Result;
 
+/// The bytes a [`Backend::put`] moves: `height` rows of `width` bytes, `src_pitch` bytes apart
+/// in the source and `dst_pitch` apart in the destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rows {
+    pub width: usize,
+    pub height: usize,
+    pub src_pitch: usize,
+    pub dst_pitch: usize,
+}
+
+impl Rows {
+    /// One contiguous run of `bytes`.
+    pub fn flat(bytes: usize) -> Self {
+        Rows {
+            width: bytes,
+            height: 1,
+            src_pitch: bytes,
+            dst_pitch: bytes,
+        }
+    }
+
+    /// The bytes the rows span from the first, in a buffer where they lie `pitch` apart.
+    pub fn span(&self, pitch: usize) -> usize {
+        match self.height {
+            0 => 0,
+            h => (h - 1) * pitch + self.width,
+        }
+    }
+
+    /// True when source and destination are each one contiguous run.
+    pub fn is_flat(&self) -> bool {
+        self.height <= 1 || (self.width == self.src_pitch && self.width == self.dst_pitch)
+    }
+}
+
 /// Memory, local kernels and communication of one rank.
 pub trait Backend {
     /// A buffer of bytes on the device.
@@ -126,18 +161,18 @@ pub trait Backend {
     /// symmetric heap on the GPU; collective, the same size on every rank), or None where puts
     /// are not available (the CPU, or no `nvshmem` in the spec's backends).
     fn symmetric(&self, bytes: usize) -> Result<Option<Self::Buf>>;
-    /// Copies `bytes` of `src` from byte `src.1` into the symmetric buffer `dst` of rank `peer`
-    /// at byte `dst.1` (inside a `side` stretch; on the GPU by the copy engines, leaving the SMs
-    /// to the computation it overlaps).
+    /// Copies `rows` of `src` from byte `src.1` into the symmetric buffer `dst` of rank `peer`
+    /// from byte `dst.1` (on the GPU by the copy engines, leaving the SMs to the computation it
+    /// overlaps; rows strided on either side in one copy where the peer is reached over NVLink).
     fn put(
         &self,
         src: (&Self::Buf, usize),
         dst: (&Self::Buf, usize),
-        bytes: usize,
+        rows: Rows,
         peer: usize,
     ) -> Result<()>;
-    /// Inside a `side` stretch: waits for every rank to get here, with every put before it
-    /// delivered.
+    /// Queued where it is called (the main queue, or inside a `side` stretch): work after it
+    /// waits for every rank to get here, with every put queued before it delivered.
     fn put_barrier(&self) -> Result<()>;
     /// Waits for every rank.
     fn barrier(&self) -> Result<()>;

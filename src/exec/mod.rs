@@ -119,7 +119,8 @@ fn run_on<B: Backend>(
 
 /// NVSHMEM's symmetric heap where the spec's backends name `nvshmem`: the plan's symmetric
 /// tensors, plus room for what arrives by puts in every step (symmetric buffers are not freed
-/// before the end): the pieces a matmul gathers (at most P times each operand's largest piece).
+/// before the end): the pieces a matmul gathers (at most P times each operand's largest piece),
+/// an FFT's transposed slab (twice with `check`: the inverse transform too).
 fn nvshmem_heap(loaded: &Loaded, plan: &Plan) -> Option<usize> {
     let spec = &loaded.spec;
     let wanted = spec
@@ -144,8 +145,16 @@ fn nvshmem_heap(loaded: &Loaded, plan: &Plan) -> Option<usize> {
     let workspace = spec
         .steps
         .iter()
-        .map(|s| match s {
-            Step::Matmul(m) => bytes(&m.a) + bytes(&m.b),
+        .zip(&plan.steps)
+        .map(|(s, planned)| match (s, &planned.output_state) {
+            (Step::Matmul(m), _) => bytes(&m.a) + bytes(&m.b),
+            (Step::Fft(f), Some(out)) => {
+                let input = &planned.input_states[0];
+                let room = crate::ops::fft::symmetric_room(f, input, out, ranks as usize).max(
+                    crate::ops::fft::symmetric_room(f, out, input, ranks as usize),
+                );
+                room as u64 * (1 + u64::from(f.common.check))
+            }
             _ => 0,
         })
         .sum::<u64>();

@@ -11,7 +11,7 @@ mod fill;
 pub mod nvshmem;
 pub mod probe;
 
-use super::{Backend, Out};
+use super::{Backend, Out, Rows};
 use crate::ops::exchange::Run;
 use crate::ops::fft::local::Phase;
 use crate::ops::matmul::epilog::Addends;
@@ -711,17 +711,20 @@ impl Backend for Cuda<'_> {
         &self,
         (src, at): (&Self::Buf, usize),
         (dst, to): (&Self::Buf, usize),
-        bytes: usize,
+        rows: Rows,
         peer: usize,
     ) -> Result<()> {
         let (Some(nv), Some(sym)) = (&self.nvshmem, &dst.sym) else {
             bail!("a put needs NVSHMEM and a symmetric destination");
         };
-        anyhow::ensure!(at + bytes <= src.len, "a put reads past its source");
+        anyhow::ensure!(
+            at + rows.span(rows.src_pitch) <= src.len,
+            "a put reads past its source"
+        );
         let from = src.data.device_ptr(&self.stream).0 + at as u64;
         // SAFETY: `src` is this GPU's memory, alive while the queued put runs (the step keeps
         // it); the destination's bounds are checked.
-        unsafe { nv.put_on_stream(sym, to, from, bytes, peer, self.st()) }
+        unsafe { nv.put_on_stream(sym, to, from, rows, peer, self.st()) }
     }
 
     fn put_barrier(&self) -> Result<()> {

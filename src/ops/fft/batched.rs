@@ -1,15 +1,17 @@
 //! The transpose between a slab FFT's two phases, batch by batch of x-planes: the first phase
-//! runs on one batch, then that batch's share of the all-to-all goes to the side queue
-//! ([`Backend::side`]), so the exchange of each batch overlaps the first phase of the next.
+//! runs on one batch, then that batch's share moves on the side queue ([`Backend::side`]), so the
+//! move of each batch overlaps the first phase of the next.
 //!
 //! From x-slabs (C order, planes outermost) to y-slabs: the part of plane x for rank q is its
 //! rows `y0_q..y0_q + s1_q`, one contiguous run; at q it lands, contiguous, at plane `x0_r + x`.
 //! Every rank splits its own planes into the same number of batches, so each side of a pair knows
-//! the other's batch bounds. Each batch moves by an all-to-all (NCCL on the GPU): NVSHMEM puts
-//! into a symmetric result were measured slower here (bench/RESULTS.md), unlike for matmul.
+//! the other's batch bounds. A batch moves either by an all-to-all (NCCL: packed first into a
+//! send buffer), or, where the spec's backends name `nvshmem`, by puts: one strided copy per
+//! peer from the first phase's output straight into the peer's symmetric result, by the copy
+//! engines, so the SMs stay with cuFFT and nothing is packed (bench/RESULTS.md has both).
 
 use super::local::{AxisOp, Phase};
-use crate::backend::Backend;
+use crate::backend::{Backend, Rows};
 use crate::dist::Placement;
 use crate::ops::exchange::Run;
 use crate::plan::TensorState;
@@ -20,26 +22,75 @@ use anyhow::Result;
 /// Batches of x-planes (at most; fewer where a rank holds fewer planes).
 const BATCHES: usize = 8;
 
-/// One batch: its first-phase FFT and its share of the exchange.
+/// One batch: its first-phase FFT and its share of the move.
 struct Batch {
     /// The first phase on this batch's planes, and where they start in its input and output.
     phase: Phase,
     at: (usize, usize),
-    /// Packing into the send buffer, and the rank's own part straight into the result.
-    pack: Vec<Run>,
+    /// The rank's own part, straight into the result.
     own: Vec<Run>,
-    /// Elements to each rank (in the send buffer) and from each rank (in the result).
-    to: Parts,
-    from: Parts,
+    /// How the rest reaches the other ranks.
+    share: Share,
+}
+
+/// A batch's share for the other ranks.
+enum Share {
+    /// Packed into the send buffer, then an all-to-all: elements to each rank (in the send
+    /// buffer) and from each rank (in the result).
+    Exchange {
+        pack: Vec<Run>,
+        to: Parts,
+        from: Parts,
+    },
+    /// Puts from the first phase's output into each peer's result.
+    Puts(Vec<Put>),
+}
+
+/// A put of one batch's rows for one peer (bytes).
+struct Put {
+    peer: usize,
+    src: usize,
+    dst: usize,
+    rows: Rows,
 }
 
 /// The batched transpose of one rank.
 pub struct Batched<B: Backend> {
     batches: Vec<Batch>,
     elem: usize,
+    /// The send buffer of all-to-all batches (empty with puts).
     send: B::Buf,
-    /// The y-slab piece the transpose fills.
+    /// The y-slab piece the transpose fills (symmetric with puts: as large as the largest).
     pub out: B::Buf,
+}
+
+/// (first, count) of each rank's slab of `n` along any axis.
+fn split(n: usize, ranks: usize) -> Vec<(usize, usize)> {
+    let x_slab = Distribution::Slab(Axis::Index(0));
+    let whole = [n as u64];
+    let p = Placement::new(&x_slab, &whole, ranks as u64);
+    (0..ranks as u64)
+        .map(|r| {
+            p.intervals(r)
+                .and_then(|iv| iv[0].first().copied())
+                .map_or((0, 0), |(lo, hi)| (lo as usize, (hi - lo) as usize))
+        })
+        .collect()
+}
+
+/// The symmetric bytes a batched transpose with puts takes for an FFT whose complex middle
+/// state is `middle` (x-slabs): the largest y-slab piece over the ranks.
+pub fn put_room(middle_shape: &[u64], elem: usize, ranks: usize) -> usize {
+    if middle_shape.len() < 2 {
+        return 0;
+    }
+    let rest: u64 = middle_shape.iter().skip(2).product();
+    let rows = split(middle_shape[1] as usize, ranks)
+        .iter()
+        .map(|y| y.1)
+        .max()
+        .unwrap_or(0);
+    middle_shape[0] as usize * rows * rest as usize * elem
 }
 
 /// Rank r's planes of batch j: `[s*j/n, s*(j+1)/n)` of its `s` planes.
@@ -58,20 +109,8 @@ impl<B: Backend> Batched<B> {
         }
         let shape: Vec<usize> = middle.shape.iter().map(|&n| n as usize).collect();
         let (n1, inner) = (shape[1], shape[2..].iter().product::<usize>());
-        // A slab split of n (the same along any axis).
-        let split = |n: usize| -> Vec<(usize, usize)> {
-            let whole = [n as u64];
-            let p = Placement::new(&x_slab, &whole, ranks as u64);
-            (0..ranks as u64)
-                .map(|r| {
-                    p.intervals(r)
-                        .and_then(|iv| iv[0].first().copied())
-                        .map_or((0, 0), |(lo, hi)| (lo as usize, (hi - lo) as usize))
-                })
-                .collect()
-        };
         // (first, count) of each rank's x-planes and y-rows.
-        let (xs, ys) = (split(shape[0]), split(n1));
+        let (xs, ys) = (split(shape[0], ranks), split(n1, ranks));
         let n = xs.iter().map(|x| x.1).min().unwrap_or(0).clamp(1, BATCHES);
         let elem = middle.dtype.size() as usize;
         let in_plane = phase1.shape[1..].iter().product::<usize>();
@@ -85,6 +124,8 @@ impl<B: Backend> Batched<B> {
         if !(in_plane * in_elem).is_multiple_of(16) || !(n1 * inner * elem).is_multiple_of(16) {
             return Ok(None);
         }
+        let symmetric = b.symmetric(put_room(&middle.shape, elem, ranks))?;
+        let puts = symmetric.is_some();
         // The send buffer holds each peer's part whole, peers in rank order (not this rank).
         let mut displ = vec![0; ranks];
         for q in 1..ranks {
@@ -96,27 +137,37 @@ impl<B: Backend> Batched<B> {
                 let (lo, hi) = planes(xs[me].1, j, n);
                 let mut phase = phase1.clone();
                 phase.shape[0] = hi - lo;
-                let (mut pack, mut own) = (Vec::new(), Vec::new());
+                let (mut pack, mut own, mut put) = (Vec::new(), Vec::new(), Vec::new());
                 let mut to = Parts::packed(&vec![0; ranks]);
                 let mut from = Parts::packed(&vec![0; ranks]);
-                for q in 0..ranks {
+                // Peers in ring order from this rank (every round of puts a permutation: no
+                // rank receives from several at once while another waits).
+                for q in (0..ranks).map(|k| (me + k) % ranks) {
                     let line = ys[q].1 * inner;
-                    for x in lo..hi {
-                        let src = x * n1 * inner + ys[q].0 * inner;
-                        let run = |dst| Run {
-                            src,
-                            dst,
-                            count: line,
-                            src_stride: 1,
-                            dst_stride: 1,
-                        };
-                        if q == me {
-                            own.push(run((xs[me].0 + x) * line));
-                        } else {
-                            pack.push(run(displ[q] + x * line));
-                        }
-                    }
-                    if q != me {
+                    let run = |src, dst| Run {
+                        src,
+                        dst,
+                        count: line,
+                        src_stride: 1,
+                        dst_stride: 1,
+                    };
+                    let src = |x: usize| x * n1 * inner + ys[q].0 * inner;
+                    if q == me {
+                        own.extend((lo..hi).map(|x| run(src(x), (xs[me].0 + x) * line)));
+                    } else if puts {
+                        put.push(Put {
+                            peer: q,
+                            src: src(lo) * elem,
+                            dst: (xs[me].0 + lo) * line * elem,
+                            rows: Rows {
+                                width: line * elem,
+                                height: hi - lo,
+                                src_pitch: n1 * inner * elem,
+                                dst_pitch: line * elem,
+                            },
+                        });
+                    } else {
+                        pack.extend((lo..hi).map(|x| run(src(x), displ[q] + x * line)));
                         (to.counts[q], to.displs[q]) = ((hi - lo) * line, displ[q] + lo * line);
                         let (rlo, rhi) = planes(xs[q].1, j, n);
                         let mine = ys[me].1 * inner;
@@ -127,22 +178,28 @@ impl<B: Backend> Batched<B> {
                 Batch {
                     phase,
                     at: (lo * in_plane * in_elem, lo * n1 * inner * elem),
-                    pack,
                     own,
-                    to,
-                    from,
+                    share: if puts {
+                        Share::Puts(put)
+                    } else {
+                        Share::Exchange { pack, to, from }
+                    },
                 }
             })
             .collect();
         let sent = (0..ranks)
-            .filter(|&q| q != me)
+            .filter(|&q| q != me && !puts)
             .map(|q| xs[me].1 * ys[q].1 * inner)
             .sum::<usize>();
+        let out = match symmetric {
+            Some(out) => out,
+            None => b.zeros(shape[0] * ys[me].1 * inner * elem)?,
+        };
         Ok(Some(Batched {
             batches,
             elem,
             send: b.zeros(sent * elem)?,
-            out: b.zeros(shape[0] * ys[me].1 * inner * elem)?,
+            out,
         }))
     }
 
@@ -156,6 +213,11 @@ impl<B: Backend> Batched<B> {
         after1: &mut B::Buf,
     ) -> Result<&B::Buf> {
         let (send, out, elem) = (&mut self.send, &mut self.out, self.elem);
+        let puts = matches!(self.batches.first().map(|b| &b.share), Some(Share::Puts(_)));
+        if puts {
+            // Every peer is done reading its result of the last run before puts overwrite it.
+            b.put_barrier()?;
+        }
         let mut last = None;
         for batch in &self.batches {
             if batch.phase.shape[0] > 0 {
@@ -167,14 +229,28 @@ impl<B: Backend> Batched<B> {
                 )?;
             }
             let after1 = &*after1;
-            last = Some(b.side(&mut || {
-                b.copy_runs(after1, send, &batch.pack, elem);
-                b.copy_runs(after1, out, &batch.own, elem);
-                b.all_to_all_v(send, &batch.to, out, &batch.from, elem)
-            })?);
+            last = Some(match &batch.share {
+                Share::Puts(list) => {
+                    b.copy_runs(after1, out, &batch.own, elem);
+                    let out = &*out;
+                    b.side(&mut || {
+                        list.iter()
+                            .try_for_each(|p| b.put((after1, p.src), (out, p.dst), p.rows, p.peer))
+                    })?
+                }
+                Share::Exchange { pack, to, from } => b.side(&mut || {
+                    b.copy_runs(after1, send, pack, elem);
+                    b.copy_runs(after1, out, &batch.own, elem);
+                    b.all_to_all_v(send, to, out, from, elem)
+                })?,
+            });
         }
         if let Some(mark) = &last {
             b.wait(mark)?;
+        }
+        if puts {
+            // Every peer's puts have landed.
+            b.put_barrier()?;
         }
         Ok(&self.out)
     }

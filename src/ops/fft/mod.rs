@@ -45,6 +45,36 @@ fn slab(axis: usize) -> Distribution {
     Distribution::Slab(Axis::Index(axis as u8))
 }
 
+/// The complex state between an FFT's phases: the transform's complex shape (the result's for
+/// r2c, the input's otherwise) in C order on the working slab `s0`, in the input's precision.
+fn middle(step: &Fft, input: &TensorState, out: &TensorState, s0: usize) -> TensorState {
+    TensorState {
+        shape: match step.kind {
+            FftKind::R2c => out.shape.clone(),
+            _ => input.shape.clone(),
+        },
+        dtype: match input.dtype {
+            DType::F32 | DType::C64 => DType::C64,
+            _ => DType::C128,
+        },
+        layout: Layout::C,
+        dist: slab(s0),
+    }
+}
+
+/// Symmetric-heap bytes an FFT from `input` to `out` takes where puts move its transpose (see
+/// [`batched`]): the largest y-slab piece over `ranks` when it works from x-slabs.
+pub fn symmetric_room(step: &Fft, input: &TensorState, out: &TensorState, ranks: usize) -> usize {
+    let nd = input.shape.len();
+    match working_slab(step.kind, nd, &input.dist) {
+        0 if ranks > 1 => {
+            let m = middle(step, input, out, 0);
+            batched::put_room(&m.shape, m.dtype.size() as usize, ranks)
+        }
+        _ => 0,
+    }
+}
+
 /// The move from the first phase's slab to the second's.
 enum Transpose<B: Backend> {
     /// After the whole first phase, in one exchange.
@@ -74,15 +104,8 @@ impl<B: Backend> PreparedFft<B> {
         let s0 = working_slab(step.kind, nd, &input.dist);
         let s1 = 1 - s0;
         let inverse = step.direction == FftDirection::Inverse;
-        let precision = match input.dtype {
-            DType::F32 | DType::C64 => DType::C64,
-            _ => DType::C128,
-        };
-        // The shapes: real input, complex middle, and the result.
-        let complex_shape: Vec<u64> = match step.kind {
-            FftKind::R2c => out.shape.clone(),
-            _ => input.shape.clone(),
-        };
+        let middle = middle(step, input, out, s0);
+        let precision = middle.dtype;
         let work_in = TensorState {
             dist: slab(s0),
             layout: Layout::C,
@@ -117,12 +140,6 @@ impl<B: Backend> PreparedFft<B> {
             shape: local_shape(&work_in),
             ops: ops1,
             scale: None,
-        };
-        let middle = TensorState {
-            shape: complex_shape.clone(),
-            dtype: precision,
-            layout: Layout::C,
-            dist: slab(s0),
         };
         let after1 = b.zeros(local_bytes(&middle, ranks, rank))?;
         let transposed = TensorState {

@@ -9,7 +9,7 @@
 //! engines, so the GEMM keeps every SM; otherwise an NCCL exchange.
 
 use super::local::View;
-use crate::backend::Backend;
+use crate::backend::{Backend, Rows};
 use crate::dist::Placement;
 use crate::ops::exchange::{Custom, Intervals};
 use crate::ops::step::{Movement, Staged};
@@ -41,7 +41,7 @@ impl<B: Backend> Arrival<B> {
                 if *first {
                     b.put_barrier()?;
                 }
-                b.put((input, 0), (buf, 0), b.len(input), *to)?;
+                b.put((input, 0), (buf, 0), Rows::flat(b.len(input)), *to)?;
                 b.put_barrier()
             }
         }

@@ -9,9 +9,13 @@
 
 pub mod sys;
 
+use crate::backend::Rows;
 use crate::runtime::comm::Comm;
 use anyhow::{Result, anyhow, bail, ensure};
 use cudarc::driver::CudaStream;
+use cudarc::driver::sys::{
+    CUDA_MEMCPY2D, CUdevice_attribute, CUmemorytype, cuMemcpy2DAsync_v2 as cuMemCpy2D,
+};
 use std::ffi::{OsStr, c_void};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -466,6 +470,29 @@ pub struct Nvshmem<'a> {
     heap: HeapSize,
 }
 
+/// The driver's description of a copy of `rows` between two device addresses.
+fn copy_2d(src: u64, dst: u64, rows: Rows) -> CUDA_MEMCPY2D {
+    let device = CUmemorytype::CU_MEMORYTYPE_DEVICE;
+    CUDA_MEMCPY2D {
+        srcXInBytes: 0,
+        srcY: 0,
+        srcMemoryType: device,
+        srcHost: std::ptr::null(),
+        srcDevice: src,
+        srcArray: std::ptr::null_mut(),
+        srcPitch: rows.src_pitch,
+        dstXInBytes: 0,
+        dstY: 0,
+        dstMemoryType: device,
+        dstHost: std::ptr::null_mut(),
+        dstDevice: dst,
+        dstArray: std::ptr::null_mut(),
+        dstPitch: rows.dst_pitch,
+        WidthInBytes: rows.width,
+        Height: rows.height,
+    }
+}
+
 /// A buffer on the symmetric heap: the same size, and the same offset from the heap's base, on
 /// every rank. Freed (collectively) when dropped, so in the same order on every rank; the GPU
 /// backend keeps its buffers to the end instead (a rank failing alone must not wait in a free).
@@ -680,39 +707,73 @@ impl<'a> Nvshmem<'a> {
         Ok(())
     }
 
-    /// Queues on `stream` a copy of `bytes` from this GPU's `src_ptr` into `dst` at `dst_off` on
-    /// rank `pe` (`nvshmemx_putmem_on_stream`). When the stream passes it, `src` may be reused;
+    /// Queues on `stream` a copy of `rows` from this GPU's `src_ptr` into `dst` from `dst_off`
+    /// on rank `pe`. Contiguous rows go in one `nvshmemx_putmem_on_stream`; strided rows to a
+    /// rank mapped into this GPU's address space (NVLink, PCIe: `nvshmem_ptr`) in one 2-D copy
+    /// by the copy engines; otherwise row by row. When the stream passes it, `src` may be reused;
     /// the data is known to have arrived at `pe` only after [`Nvshmem::barrier_all_on_stream`]
     /// on the same stream.
     ///
     /// # Safety
     ///
-    /// `src_ptr` must address `bytes` bytes of device memory of this rank's GPU that stay valid
-    /// until the stream has passed the put (symmetric memory, or any device memory for peers
-    /// NVSHMEM reaches over NVLink or PCIe), and `stream` must belong to the GPU NVSHMEM was
-    /// initialized on. Nothing may read or write the destination bytes on `pe` meanwhile.
+    /// `src_ptr` must address the rows' span of device memory of this rank's GPU that stays
+    /// valid until the stream has passed the put (symmetric memory, or any device memory for
+    /// peers NVSHMEM reaches over NVLink or PCIe), and `stream` must belong to the GPU NVSHMEM
+    /// was initialized on. Nothing may read or write the destination bytes on `pe` meanwhile.
     pub unsafe fn put_on_stream(
         &self,
         dst: &SymBuf,
         dst_off: usize,
         src_ptr: u64,
-        bytes: usize,
+        rows: Rows,
         pe: usize,
         stream: &CudaStream,
     ) -> Result<()> {
-        self.check_put(dst, dst_off, bytes, pe)?;
-        if bytes > 0 {
-            // SAFETY: bounds checked above; the caller vouches for the source and the stream.
+        self.check_put(dst, dst_off, rows.span(rows.dst_pitch), pe)?;
+        if rows.width == 0 || rows.height == 0 {
+            return Ok(());
+        }
+        let raw = stream.cu_stream();
+        let put = |to: usize, from: u64, bytes: usize| {
+            // SAFETY: inside the bounds checked above; the caller vouches for the source and
+            // the stream.
             unsafe {
                 self.lib().nvshmemx_putmem_on_stream(
-                    (dst.ptr as usize + dst_off) as *mut c_void,
-                    src_ptr as *const c_void,
+                    (dst.ptr as usize + to) as *mut c_void,
+                    from as *const c_void,
                     bytes,
                     pe as i32,
-                    stream.cu_stream() as sys::cudaStream_t,
+                    raw as sys::cudaStream_t,
                 )
-            };
+            }
+        };
+        if rows.is_flat() {
+            put(dst_off, src_ptr, rows.width * rows.height);
+            return Ok(());
         }
+        // SAFETY: an address inside a symmetric buffer; NULL where `pe` is not mapped here.
+        let mapped = unsafe {
+            self.lib()
+                .nvshmem_ptr((dst.ptr as usize + dst_off) as *const c_void, pe as i32)
+        };
+        let max_pitch = stream
+            .context()
+            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_PITCH)?
+            as usize;
+        if mapped.is_null() || rows.src_pitch.max(rows.dst_pitch) > max_pitch {
+            for i in 0..rows.height {
+                put(
+                    dst_off + i * rows.dst_pitch,
+                    src_ptr + (i * rows.src_pitch) as u64,
+                    rows.width,
+                );
+            }
+            return Ok(());
+        }
+        let copy = copy_2d(src_ptr, mapped as u64, rows);
+        // SAFETY: both sides device memory of the checked extents (the destination mapped
+        // into this context by NVSHMEM); `raw` is a live stream of this context.
+        unsafe { cuMemCpy2D(&copy, raw) }.result()?;
         Ok(())
     }
 
@@ -807,6 +868,23 @@ mod tests {
             Ok(p)
         });
         (tried, found)
+    }
+
+    #[test]
+    fn strided_puts_describe_both_pitches() {
+        let rows = Rows {
+            width: 4096,
+            height: 64,
+            src_pitch: 8192,
+            dst_pitch: 4096,
+        };
+        let c = copy_2d(0x1000, 0x9000, rows);
+        assert_eq!((c.srcDevice, c.dstDevice), (0x1000, 0x9000));
+        assert_eq!((c.srcPitch, c.dstPitch), (8192, 4096));
+        assert_eq!((c.WidthInBytes, c.Height), (4096, 64));
+        assert_eq!((c.srcXInBytes, c.srcY, c.dstXInBytes, c.dstY), (0, 0, 0, 0));
+        assert_eq!(rows.span(rows.src_pitch), 63 * 8192 + 4096);
+        assert!(!rows.is_flat() && Rows::flat(10).is_flat());
     }
 
     #[test]
