@@ -259,7 +259,7 @@ fn run_spec(path: &std::path::Path, device: Option<&str>, opts: &crate::exec::Op
         match crate::runtime::start(loaded.spec.runtime.process_group, loaded.spec.runtime.ranks) {
             Ok(ctx) => ctx,
             Err(e) => {
-                if first {
+                if first && !e.is::<crate::runtime::Reported>() {
                     eprintln!("distrun: {e:#}");
                 }
                 return ExitCode::FAILURE;

@@ -41,6 +41,18 @@ impl Context {
     }
 }
 
+/// An error already printed by the first rank (the others print nothing more).
+#[derive(Debug)]
+pub struct Reported(pub String);
+
+impl std::fmt::Display for Reported {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Reported {}
+
 /// Starts the process group a spec asks for, checking the rank count it requires.
 pub fn start(group: ProcessGroup, required: Option<u32>) -> Result<Context> {
     let launcher = launcher::from_env();
@@ -84,7 +96,16 @@ pub fn start(group: ProcessGroup, required: Option<u32>) -> Result<Context> {
         } else {
             String::new()
         };
-        bail!("the spec requires runtime.ranks = {want}, but the job has {size} rank(s){cause}");
+        // Every rank finds the same: the first says it, and no rank leaves before it has (the
+        // launcher ends the job at the first rank's exit, which could cut the message off).
+        let message = format!(
+            "the spec requires runtime.ranks = {want}, but the job has {size} rank(s){cause}"
+        );
+        if comm.rank() == 0 {
+            eprintln!("distrun: {message}");
+        }
+        comm.barrier()?;
+        return Err(Reported(message).into());
     }
     Ok(Context {
         comm,
