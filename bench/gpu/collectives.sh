@@ -2,6 +2,8 @@
 # On a GPU machine: all_gather, reduce_scatter, all_to_all and broadcast at 1 GiB per rank on 2
 # and 4 GPUs: distrun's busbw (CUDA events, median of 10 after 3 warm-up, slowest rank) beside
 # cupyx.distributed's NCCL calls timed as the peer's scripts do (mean of 20 back to back).
+# all_gather and all_to_all run twice: into ordinary results (NCCL), and into results on the
+# symmetric heap, where distrun tries NCCL and NVSHMEM puts and keeps the faster (both shown).
 #   bench/gpu/collectives.sh [DISTRUN_BINARY]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -44,6 +46,17 @@ for p in ${RANKS:-2 4}; do
 name = "gpu-collectives"
 [runtime]
 device = "cuda"
+backends = ["nccl", "nvshmem"]
+[tensors.all_sym]
+shape = [$((N * p))]
+dtype = "f32"
+distribution = "replicated"
+symmetric = true
+[tensors.tt_sym]
+shape = [$p, $p, $((N / p))]
+dtype = "f32"
+distribution = { slab = 1 }
+symmetric = true
 [tensors.rows]
 shape = [$((N * p))]
 dtype = "f32"
@@ -88,12 +101,28 @@ input = "held"
 out = "everywhere"
 warmup = 3
 iterations = 10
+[[steps]]
+name = "all_gather (symmetric)"
+op = "all_gather"
+input = "rows"
+out = "all_sym"
+warmup = 3
+iterations = 10
+[[steps]]
+name = "all_to_all (symmetric)"
+op = "all_to_all"
+input = "t"
+out = "tt_sym"
+warmup = 3
+iterations = 10
 SPEC
   rm -rf "$W/run"
-  mpiexec -n $p "$BIN" run "$W/c.toml" --out "$W/run" -q > /dev/null
+  mpiexec -n $p "$BIN" run "$W/c.toml" --out "$W/run" > "${OUT:-$W}/distrun-$p.log" 2>&1 || { tail -5 "${OUT:-$W}/distrun-$p.log"; exit 1; }
   python3 -c "
 import json
 for s in json.load(open('$W/run/manifest.json'))['steps']:
-    print(f\"distrun {s['op']} ranks=$p: busbw {s['busbw_gbs']:.1f} GB/s (median {s['time_s']['median']*1e3:.2f} ms)\")"
+    v = s.get('via')
+    via = f\", by {v['chosen']} (trials: nccl {v['nccl_s']*1e3:.2f} ms, nvshmem {v['nvshmem_s']*1e3:.2f} ms)\" if v else ''
+    print(f\"distrun {s['name']} ranks=$p: busbw {s['busbw_gbs']:.1f} GB/s (median {s['time_s']['median']*1e3:.2f} ms){via}\")"
   mpiexec -n $p "$PY" "$W/peer.py"
 done

@@ -372,6 +372,10 @@ impl Backend for Cpu<'_> {
         Ok(None)
     }
 
+    fn symmetric_part(&self, _: &Vec<u8>, _: usize, _: usize, _: usize) -> Result<Vec<u8>> {
+        anyhow::bail!("the CPU backend has no symmetric buffers")
+    }
+
     fn put(&self, _: (&Vec<u8>, usize), _: (&Vec<u8>, usize), _: Rows, _: usize) -> Result<()> {
         anyhow::bail!("the CPU backend has no symmetric buffers to put into")
     }

@@ -161,6 +161,16 @@ pub trait Backend {
     /// symmetric heap on the GPU; collective, the same size on every rank), or None where puts
     /// are not available (the CPU, or no `nvshmem` in the spec's backends).
     fn symmetric(&self, bytes: usize) -> Result<Option<Self::Buf>>;
+    /// The `reserved` bytes of the symmetric buffer `buf` from byte `offset` (the same on every
+    /// rank: puts may fill them all) as a symmetric buffer of its own, of which this rank's
+    /// piece is the first `bytes` (the same memory, not a copy: a planned tensor on the heap).
+    fn symmetric_part(
+        &self,
+        buf: &Self::Buf,
+        offset: usize,
+        reserved: usize,
+        bytes: usize,
+    ) -> Result<Self::Buf>;
     /// Copies `rows` of `src` from byte `src.1` into the symmetric buffer `dst` of rank `peer`
     /// from byte `dst.1` (on the GPU by the copy engines, leaving the SMs to the computation it
     /// overlaps; rows strided on either side in one copy where the peer is reached over NVLink).

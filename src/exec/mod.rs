@@ -14,7 +14,7 @@ use crate::ops::step::Prepared;
 use crate::plan::{Plan, TensorState};
 use crate::runtime::Context;
 use crate::spec::Loaded;
-use crate::spec::model::Device;
+use crate::spec::model::{CommBackend, Device};
 use crate::spec::step::{FftKind, SendRecvPattern, Step};
 use anyhow::{Result, bail};
 use expect::{Comparison, Origin};
@@ -50,6 +50,9 @@ pub struct StepRecord {
     pub flops: Option<f64>,
     /// The check's outcome, over all ranks.
     pub check: Option<Comparison>,
+    /// Where `auto` chose how a movement travels: the choice, and the best trial time by NCCL
+    /// and by NVSHMEM puts (seconds, slowest rank).
+    pub via: Option<(CommBackend, [f64; 2])>,
 }
 
 impl StepRecord {
@@ -87,8 +90,11 @@ pub fn run(loaded: &Loaded, plan: &Plan, ctx: &Context, opts: &Options) -> Resul
             nvshmem_heap(loaded, plan),
         )?;
         let ran = run_on(&backend, loaded, plan, ctx, opts);
-        if ran.is_err() {
+        if let Err(e) = &ran {
             backend.abandon_nvshmem();
+            // Peers may wait on this GPU in NCCL or an NVSHMEM barrier, and tearing the backend
+            // down could wait on them: the rank fails (and ends the job) before it drops.
+            ctx.fail(e);
         }
         ran
     } else {
@@ -241,6 +247,21 @@ fn execute<B: Backend>(
         tensors.insert(name.clone(), (state, buf));
         origins.insert(name.clone(), Origin::Init(name.clone()));
     }
+    // Symmetric tensors live on one symmetric buffer of the plan's heap, each at its planned
+    // offset (where NVSHMEM runs; elsewhere they are ordinary buffers); initialized ones move
+    // there once generated.
+    let arena = if plan.tensors.values().any(|t| t.symmetric.is_some()) {
+        b.symmetric(plan.symmetric_heap_bytes as usize)?
+    } else {
+        None
+    };
+    for (name, t) in &plan.tensors {
+        let Some((state, buf)) = tensors.remove(name) else {
+            continue;
+        };
+        let place = heap_place(b, arena.as_ref(), t, b.len(&buf))?;
+        tensors.insert(name.clone(), (state, settle(b, place, buf)));
+    }
     let source = expect::Source {
         spec,
         dir: &loaded.dir,
@@ -258,6 +279,7 @@ fn execute<B: Backend>(
             bandwidth: None,
             flops: None,
             check: None,
+            via: None,
         };
         if let Step::Barrier(_) = step {
             record.times = timed(b, step, progress, || b.barrier())?;
@@ -269,6 +291,9 @@ fn execute<B: Backend>(
             bail!("{} steps do not run yet", step.op());
         };
         let inputs: Vec<&B::Buf> = planned.inputs.iter().map(|n| &tensors[n].1).collect();
+        let out_name = &planned.outputs[0];
+        let out_bytes = crate::ops::step::local_bytes(&out_state, ranks, rank);
+        let mut place = heap_place(b, arena.as_ref(), &plan.tensors[out_name], out_bytes)?;
         let (out, origin) = match step {
             Step::Matmul(m) => {
                 let choice = planned
@@ -338,7 +363,13 @@ fn execute<B: Backend>(
             }
             _ => {
                 let in_state = &planned.input_states[0];
-                let mut prepared = Prepared::new(b, step, in_state, &out_state)?;
+                // A movement writes straight into its symmetric result (unless in place).
+                let in_place = planned.inputs[0] == *out_name;
+                let dest = if in_place { None } else { place.take() };
+                let mut prepared = Prepared::new(b, step, in_state, &out_state, dest)?;
+                if prepared.can_put() {
+                    record.via = Some(pick_via(b, &mut prepared, inputs[0])?);
+                }
                 record.times = timed(b, step, progress, || prepared.run(b, inputs[0]))?;
                 let sent = b.max_over_ranks(prepared.sent_bytes as f64)?;
                 record.bandwidth = Some(bandwidth(step, in_state, &out_state, ranks, sent));
@@ -376,15 +407,85 @@ fn execute<B: Backend>(
         };
         progress.end_step(&record);
         records.push(record);
-        let out_name = &planned.outputs[0];
         origins.insert(out_name.clone(), origin);
-        tensors.insert(out_name.clone(), (out_state, out));
+        tensors.insert(out_name.clone(), (out_state, settle(b, place, out)));
     }
     Ok(Outcome {
         steps: records,
         tensors,
         started,
     })
+}
+
+/// One run after the ranks are brought into step: the slowest rank's time.
+fn once<B: Backend>(b: &B, run: &mut dyn FnMut() -> Result<()>) -> Result<f64> {
+    b.barrier()?;
+    b.align()?;
+    let t = b.time(run)?;
+    b.synchronize()?;
+    b.max_over_ranks(t)
+}
+
+/// `auto` between NCCL and NVSHMEM for a movement that puts can make: each way runs three
+/// times before the step's own runs, and the one whose slowest rank was faster at its best
+/// moves the step. Returns the choice and both best times.
+fn pick_via<B: Backend>(
+    b: &B,
+    prepared: &mut Prepared<B>,
+    input: &B::Buf,
+) -> Result<(CommBackend, [f64; 2])> {
+    let mut best = [f64::INFINITY; 2];
+    for (i, via) in [CommBackend::Nccl, CommBackend::Nvshmem]
+        .into_iter()
+        .enumerate()
+    {
+        prepared.set_via(via);
+        for _ in 0..3 {
+            best[i] = best[i].min(once(b, &mut || prepared.run(b, input))?);
+        }
+    }
+    let chosen = if best[1] < best[0] {
+        CommBackend::Nvshmem
+    } else {
+        CommBackend::Nccl
+    };
+    prepared.set_via(chosen);
+    Ok((chosen, best))
+}
+
+/// A symmetric tensor's place on the heap: `bytes` at its planned offset in `arena` (None for
+/// other tensors, or where no heap runs).
+fn heap_place<B: Backend>(
+    b: &B,
+    arena: Option<&B::Buf>,
+    tensor: &crate::plan::TensorPlan,
+    bytes: usize,
+) -> Result<Option<B::Buf>> {
+    match (arena, tensor.symmetric) {
+        (Some(arena), Some((offset, reserved))) => Ok(Some(b.symmetric_part(
+            arena,
+            offset as usize,
+            reserved as usize,
+            bytes,
+        )?)),
+        _ => Ok(None),
+    }
+}
+
+/// `buf`, copied into `place` where the tensor has one (then the place is the tensor).
+fn settle<B: Backend>(b: &B, place: Option<B::Buf>, buf: B::Buf) -> B::Buf {
+    let Some(mut place) = place else {
+        return buf;
+    };
+    let all = crate::ops::exchange::Run {
+        src: 0,
+        dst: 0,
+        count: b.len(&buf),
+        src_stride: 1,
+        dst_stride: 1,
+    };
+    b.copy_runs(&buf, &mut place, &[all], 1);
+    place
 }
 
 /// Runs a step's warm-up and timed iterations; each time is the slowest rank's.
@@ -410,11 +511,7 @@ fn timed<B: Backend>(
     }
     let mut times = Vec::with_capacity(common.iterations as usize);
     for k in 0..common.warmup + common.iterations {
-        b.barrier()?;
-        b.align()?;
-        let t = b.time(&mut run)?;
-        b.synchronize()?;
-        let t = b.max_over_ranks(t)?;
+        let t = once(b, &mut run)?;
         if k >= common.warmup {
             times.push(t);
         }

@@ -79,6 +79,14 @@ impl Progress {
                 alg * factor
             ));
         }
+        if let Some((via, [nccl, nvshmem])) = record.via {
+            line.push_str(&format!(
+                ", by {} (trials: nccl {:.3} ms, nvshmem {:.3} ms)",
+                via.name(),
+                nccl * 1e3,
+                nvshmem * 1e3
+            ));
+        }
         if let Some(c) = record.check {
             line.push_str(if c.passed {
                 ", check passed"

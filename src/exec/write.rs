@@ -8,7 +8,7 @@ use crate::dist::Placement;
 use crate::ops::step::regather;
 use crate::output::checksum::Hasher;
 use crate::output::manifest::{
-    self, CheckRecord, Manifest, RankInfo, ShardRecord, TensorRecord, TimeStats,
+    self, CheckRecord, Manifest, RankInfo, ShardRecord, TensorRecord, TimeStats, ViaRecord,
 };
 use crate::output::npy::write_npy_in;
 use crate::output::rundir::{RunDir, default_path};
@@ -197,6 +197,11 @@ fn manifest<B: Backend>(
                 check: s.check.map(|c| CheckRecord {
                     passed: c.passed,
                     max_error: c.max_error,
+                }),
+                via: s.via.map(|(chosen, [nccl_s, nvshmem_s])| ViaRecord {
+                    chosen: chosen.name().to_string(),
+                    nccl_s,
+                    nvshmem_s,
                 }),
             }
         })

@@ -2,10 +2,11 @@
 //! backend: plans and scratch buffers are made before the timed iterations.
 
 use super::exchange::{self, Exchange, Side};
-use crate::backend::Backend;
+use crate::backend::{Backend, Rows};
 use crate::dist::Placement;
 use crate::plan::TensorState;
 use crate::runtime::comm::Parts;
+use crate::spec::model::CommBackend;
 use crate::spec::step::{ReduceOp, SendRecvPattern, Step};
 use crate::spec::tensor::Distribution;
 use anyhow::{Result, bail};
@@ -17,6 +18,13 @@ pub fn local_bytes(state: &TensorState, ranks: u64, rank: u64) -> usize {
         .map_or(0, |s| {
             s.iter().product::<u64>() as usize * state.dtype.size() as usize
         })
+}
+
+/// Where rank `me`'s part for each rank lands in that rank's result, from every rank's
+/// `[receives straight into its result (0 or 1), where each sender's part lands...]`; None
+/// when some rank receives through a receive buffer (puts cannot reach it).
+fn landings(all: &[Vec<usize>], me: usize) -> Option<Vec<usize>> {
+    all.iter().map(|r| (r[0] == 1).then(|| r[1 + me])).collect()
 }
 
 /// One exchange, planned for this rank.
@@ -113,6 +121,69 @@ impl Movement {
         Ok(())
     }
 
+    /// Where this rank's part for each peer lands in that peer's result (elements), so that
+    /// puts into a symmetric result can replace the exchange; None where some rank receives
+    /// through a receive buffer (its parts not contiguous in its result). Collective.
+    pub fn puts<B: Backend>(&self, b: &B) -> Result<Option<Vec<usize>>> {
+        let direct = self.ex.direct_recv.is_some();
+        let mine: Vec<u8> = std::iter::once(u64::from(direct))
+            .chain(self.from.displs.iter().map(|&d| d as u64))
+            .flat_map(u64::to_le_bytes)
+            .collect();
+        let all: Vec<Vec<usize>> = b
+            .all_gather_bytes(&mine)?
+            .iter()
+            .map(|r| {
+                r.chunks_exact(8)
+                    .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")) as usize)
+                    .collect()
+            })
+            .collect();
+        Ok(landings(&all, b.rank()))
+    }
+
+    /// Moves `src` into the symmetric `out` by puts: this rank's part for each peer (packed
+    /// into `send` first where not contiguous) goes straight into the peer's result at `at`,
+    /// peers in ring order; the own part by a local copy. Barriers before (every rank is done
+    /// with its result) and after (every put has landed).
+    pub fn run_puts<B: Backend>(
+        &self,
+        b: &B,
+        src: &B::Buf,
+        send: &mut B::Buf,
+        out: &mut B::Buf,
+        at: &[usize],
+    ) -> Result<()> {
+        let (ex, elem) = (&self.ex, self.elem);
+        let (ranks, me) = (b.ranks(), b.rank());
+        b.put_barrier()?;
+        let source = if ex.direct_send.is_some() {
+            src
+        } else {
+            b.copy_runs(src, send, &ex.pack, elem);
+            &*send
+        };
+        for q in (1..ranks).map(|k| (me + k) % ranks) {
+            let bytes = self.to.counts[q] * elem;
+            let put = ((source, self.to.displs[q] * elem), (&*out, at[q] * elem));
+            b.put(put.0, put.1, Rows::flat(bytes), q)?;
+        }
+        // The own part: as the exchange would have carried it, or by its local runs.
+        if self.own_in_exchange {
+            let own = exchange::Run {
+                src: self.to.displs[me],
+                dst: self.from.displs[me],
+                count: self.to.counts[me],
+                src_stride: 1,
+                dst_stride: 1,
+            };
+            b.copy_runs(source, out, &[own], elem);
+        } else {
+            b.copy_runs(src, out, &ex.local, elem);
+        }
+        b.put_barrier()
+    }
+
     /// Scratch send and receive buffers sized for this movement.
     pub fn buffers<B: Backend>(&self, b: &B) -> Result<(B::Buf, B::Buf)> {
         let send = if self.ex.direct_send.is_some() {
@@ -185,11 +256,24 @@ pub struct Prepared<B: Backend> {
     relayout: Option<(Movement, B::Buf)>,
     /// Bytes this rank sends to others per run (for bus bandwidth).
     pub sent_bytes: usize,
+    /// For a movement into a symmetric result: where this rank's part for each peer lands in
+    /// the peer's result (elements).
+    puts: Option<Vec<usize>>,
+    /// How a movement travels: NCCL's exchange (MPI's on the CPU) or NVSHMEM puts.
+    via: CommBackend,
 }
 
 impl<B: Backend> Prepared<B> {
-    /// Prepares a data-movement step from its input's state to its output's.
-    pub fn new(b: &B, step: &Step, input: &TensorState, output: &TensorState) -> Result<Self> {
+    /// Prepares a data-movement step from its input's state to its output's, its result in
+    /// `dest` where given (a symmetric tensor's place on the heap: a movement may then go by
+    /// puts; collective where it is given).
+    pub fn new(
+        b: &B,
+        step: &Step,
+        input: &TensorState,
+        output: &TensorState,
+        dest: Option<B::Buf>,
+    ) -> Result<Self> {
         let (ranks, rank) = (b.ranks() as u64, b.rank() as u64);
         let elem = input.dtype.size() as usize;
         let out_bytes = local_bytes(output, ranks, rank);
@@ -198,16 +282,11 @@ impl<B: Backend> Prepared<B> {
             layout: input.layout,
             ..output.clone()
         };
-        let relayout = |b: &B| -> Result<Option<(Movement, B::Buf)>> {
-            if input.layout == output.layout {
-                return Ok(None);
-            }
-            Ok(Some((
-                Movement::new(&same_layout, output, ranks, rank),
-                b.zeros(out_bytes)?,
-            )))
+        let relayout = || {
+            (input.layout != output.layout)
+                .then(|| Movement::new(&same_layout, output, ranks, rank))
         };
-        let mut scratch = Vec::new();
+        let (mut scratch, mut puts) = (Vec::new(), None);
         let (kernel, relayout) = match step {
             Step::Redistribute(_)
             | Step::AllGather(_)
@@ -215,17 +294,20 @@ impl<B: Backend> Prepared<B> {
             | Step::Scatter(_)
             | Step::AllToAll(_) => {
                 let m = Movement::new(input, output, ranks, rank);
+                if dest.is_some() {
+                    puts = m.puts(b)?;
+                }
                 let (send, recv) = m.buffers(b)?;
                 scratch.extend([send, recv]);
                 (Kernel::Move(Box::new(m)), None)
             }
-            Step::AllReduce(s) => (Kernel::AllReduce(s.reduce), relayout(b)?),
-            Step::Reduce(s) => (Kernel::Reduce(s.reduce, s.root as usize), relayout(b)?),
+            Step::AllReduce(s) => (Kernel::AllReduce(s.reduce), relayout()),
+            Step::Reduce(s) => (Kernel::Reduce(s.reduce, s.root as usize), relayout()),
             Step::Broadcast(_) => {
                 let Distribution::Root(root) = input.dist else {
                     bail!("broadcast of a tensor no root holds");
                 };
-                (Kernel::Broadcast(root as usize), relayout(b)?)
+                (Kernel::Broadcast(root as usize), relayout())
             }
             Step::ReduceScatter(s) => {
                 let block = out_bytes / elem;
@@ -265,7 +347,7 @@ impl<B: Backend> Prepared<B> {
                 }
                 let sends = send.iter().filter(|&&c| c > 0).count();
                 scratch.extend([b.zeros(sends * row * elem)?]);
-                (Kernel::SendRecv { send, recv, keep }, relayout(b)?)
+                (Kernel::SendRecv { send, recv, keep }, relayout())
             }
             Step::Barrier(_) => (Kernel::Barrier, None),
             Step::Matmul(_) | Step::Fft(_) => bail!("{} is not a data-movement step", step.op()),
@@ -280,14 +362,37 @@ impl<B: Backend> Prepared<B> {
             (_, Some(_)) => local_bytes(&same_layout, ranks, rank),
             _ => out_bytes,
         };
+        // The result lands in `dest` where one is given.
+        let mut dest = dest;
+        let relayout = match relayout {
+            Some(m) => Some((m, dest.take().map_or_else(|| b.zeros(out_bytes), Ok)?)),
+            None => None,
+        };
         Ok(Prepared {
             kernel,
             dtype: input.dtype,
             scratch,
-            out: b.zeros(kernel_out)?,
+            out: dest.map_or_else(|| b.zeros(kernel_out), Ok)?,
             relayout,
             sent_bytes,
+            puts,
+            via: CommBackend::Nccl,
         })
+    }
+
+    /// Whether puts can move this step (see [`Prepared::set_via`]).
+    pub fn can_put(&self) -> bool {
+        self.puts.is_some()
+    }
+
+    /// Moves the step's data by NCCL's exchange or, where [`Prepared::can_put`], by NVSHMEM
+    /// puts.
+    pub fn set_via(&mut self, via: CommBackend) {
+        self.via = if self.puts.is_some() {
+            via
+        } else {
+            CommBackend::Nccl
+        };
     }
 
     /// Runs the step once on `input`.
@@ -299,7 +404,12 @@ impl<B: Backend> Prepared<B> {
                 let [send, recv] = &mut self.scratch[..] else {
                     unreachable!("a movement has two scratch buffers")
                 };
-                m.run(b, input, send, recv, &mut self.out)?;
+                match (&self.puts, self.via) {
+                    (Some(at), CommBackend::Nvshmem) => {
+                        m.run_puts(b, input, send, &mut self.out, at)?
+                    }
+                    _ => m.run(b, input, send, recv, &mut self.out)?,
+                }
             }
             Kernel::AllReduce(op) => b.all_reduce(input, &mut self.out, dtype, *op)?,
             Kernel::Reduce(op, root) => b.reduce(input, &mut self.out, dtype, *op, *root)?,
@@ -387,4 +497,23 @@ pub fn regather<B: Backend>(
     let mut out = b.zeros(local_bytes(to, ranks, rank))?;
     m.run(b, buf, &mut send, &mut recv, &mut out)?;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::landings;
+
+    #[test]
+    fn puts_land_where_each_receiver_expects_the_sender() {
+        // Three ranks receiving straight into their results; rank r's entry k says where
+        // rank k's part starts in r's result.
+        let all = vec![vec![1, 0, 10, 20], vec![1, 5, 0, 25], vec![1, 7, 17, 0]];
+        assert_eq!(landings(&all, 0), Some(vec![0, 5, 7]));
+        assert_eq!(landings(&all, 1), Some(vec![10, 0, 17]));
+        assert_eq!(landings(&all, 2), Some(vec![20, 25, 0]));
+        // One rank unpacks from a receive buffer: no puts for anyone.
+        let mut packed = all.clone();
+        packed[1][0] = 0;
+        assert_eq!(landings(&packed, 0), None);
+    }
 }

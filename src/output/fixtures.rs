@@ -93,6 +93,7 @@ pub fn sample_manifest(algorithm: Checksum) -> Manifest {
                 passed: true,
                 max_error: 1.5e-6,
             }),
+            via: None,
         }],
         tensors,
     }

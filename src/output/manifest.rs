@@ -77,6 +77,21 @@ pub struct StepRecord {
     /// The step's own verification, when `check = true`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub check: Option<CheckRecord>,
+    /// How a movement's data traveled where it could go by NCCL or by NVSHMEM puts (a result
+    /// on the symmetric heap, `nvshmem` in the backends): the faster in trial runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via: Option<ViaRecord>,
+}
+
+/// The choice between NCCL and NVSHMEM puts for one movement.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ViaRecord {
+    /// `nccl` or `nvshmem`.
+    pub chosen: String,
+    /// The best of three trial runs by NCCL, seconds (slowest rank).
+    pub nccl_s: f64,
+    /// The best of three trial runs by NVSHMEM puts, seconds (slowest rank).
+    pub nvshmem_s: f64,
 }
 
 /// Minimum, median and maximum over iterations, in seconds.

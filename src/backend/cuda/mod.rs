@@ -707,6 +707,35 @@ impl Backend for Cuda<'_> {
         Ok(Some(buf))
     }
 
+    fn symmetric_part(
+        &self,
+        buf: &Self::Buf,
+        offset: usize,
+        reserved: usize,
+        bytes: usize,
+    ) -> Result<Self::Buf> {
+        let Some(sym) = &buf.sym else {
+            bail!("a part of a buffer that is not symmetric");
+        };
+        anyhow::ensure!(
+            bytes <= reserved,
+            "{bytes} bytes in a reservation of {reserved}"
+        );
+        let part = sym.part(offset, reserved)?;
+        // SAFETY: inside the symmetric buffer (checked by `part`; one byte past an empty part
+        // is still inside the heap's margin), kept alive by the heap to the end; DevBuf's drop
+        // leaks the slice instead of freeing it.
+        let data = unsafe {
+            self.stream
+                .upgrade_device_ptr::<u8>(part.ptr(), bytes.max(1))
+        };
+        Ok(DevBuf {
+            data: ManuallyDrop::new(data),
+            len: bytes,
+            sym: Some(part),
+        })
+    }
+
     fn put(
         &self,
         (src, at): (&Self::Buf, usize),
@@ -714,6 +743,9 @@ impl Backend for Cuda<'_> {
         rows: Rows,
         peer: usize,
     ) -> Result<()> {
+        if rows.width == 0 || rows.height == 0 {
+            return Ok(());
+        }
         let (Some(nv), Some(sym)) = (&self.nvshmem, &dst.sym) else {
             bail!("a put needs NVSHMEM and a symmetric destination");
         };

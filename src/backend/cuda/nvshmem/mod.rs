@@ -500,9 +500,27 @@ pub struct SymBuf {
     shared: Arc<Shared>,
     ptr: u64,
     len: usize,
+    /// Allocated by `nvshmem_malloc` (not a part of another buffer): freed on drop.
+    owned: bool,
 }
 
 impl SymBuf {
+    /// The `len` bytes from byte `offset`: symmetric too (the same offset on every rank), never
+    /// freed itself.
+    pub fn part(&self, offset: usize, len: usize) -> Result<SymBuf> {
+        ensure!(
+            offset.checked_add(len).is_some_and(|end| end <= self.len),
+            "{len} bytes at offset {offset} of a symmetric buffer of {} bytes",
+            self.len
+        );
+        Ok(SymBuf {
+            shared: self.shared.clone(),
+            ptr: self.ptr + offset as u64,
+            len,
+            owned: false,
+        })
+    }
+
     /// This rank's device address of the buffer.
     pub fn ptr(&self) -> u64 {
         self.ptr
@@ -521,7 +539,7 @@ impl SymBuf {
 
 impl Drop for SymBuf {
     fn drop(&mut self) {
-        if self.shared.live.load(Ordering::Acquire) {
+        if self.owned && self.shared.live.load(Ordering::Acquire) {
             // SAFETY: a pointer nvshmem_malloc returned, freed once, while NVSHMEM is initialized.
             unsafe { self.shared.loaded.lib.nvshmem_free(self.ptr as *mut c_void) };
         }
@@ -690,6 +708,7 @@ impl<'a> Nvshmem<'a> {
             shared: self.shared.clone(),
             ptr: ptr as u64,
             len: bytes,
+            owned: true,
         })
     }
 
