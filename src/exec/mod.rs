@@ -50,8 +50,9 @@ pub struct StepRecord {
     pub flops: Option<f64>,
     /// The check's outcome, over all ranks.
     pub check: Option<Comparison>,
-    /// Where `auto` chose how a movement travels: the choice, and the best trial time by NCCL
-    /// and by NVSHMEM puts (seconds, slowest rank).
+    /// Where `auto` chose how a step's data travels (a movement into a symmetric result, an
+    /// FFT's transpose): the choice, and the best trial time by NCCL and by NVSHMEM puts
+    /// (seconds, slowest rank).
     pub via: Option<(CommBackend, [f64; 2])>,
 }
 
@@ -341,6 +342,10 @@ fn execute<B: Backend>(
             Step::Fft(f) => {
                 let in_state = &planned.input_states[0];
                 let mut prepared = PreparedFft::new(b, f, in_state, &out_state)?;
+                if prepared.can_put() {
+                    let run = |p: &mut PreparedFft<B>| p.run(b, inputs[0]);
+                    record.via = Some(pick_via(b, &mut prepared, PreparedFft::set_via, run)?);
+                }
                 record.times = timed(b, step, progress, || prepared.run(b, inputs[0]))?;
                 // 5 n log2 n per complex transform (real ones count half).
                 let points: f64 = match f.kind {
@@ -368,7 +373,8 @@ fn execute<B: Backend>(
                 let dest = if in_place { None } else { place.take() };
                 let mut prepared = Prepared::new(b, step, in_state, &out_state, dest)?;
                 if prepared.can_put() {
-                    record.via = Some(pick_via(b, &mut prepared, inputs[0])?);
+                    let run = |p: &mut Prepared<B>| p.run(b, inputs[0]);
+                    record.via = Some(pick_via(b, &mut prepared, Prepared::set_via, run)?);
                 }
                 record.times = timed(b, step, progress, || prepared.run(b, inputs[0]))?;
                 let sent = b.max_over_ranks(prepared.sent_bytes as f64)?;
@@ -426,22 +432,24 @@ fn once<B: Backend>(b: &B, run: &mut dyn FnMut() -> Result<()>) -> Result<f64> {
     b.max_over_ranks(t)
 }
 
-/// `auto` between NCCL and NVSHMEM for a movement that puts can make: each way runs three
-/// times before the step's own runs, and the one whose slowest rank was faster at its best
-/// moves the step. Returns the choice and both best times.
-fn pick_via<B: Backend>(
+/// `auto` between NCCL and NVSHMEM for a step whose data puts can move (a movement into a
+/// symmetric result, an FFT's transpose): each way runs three times before the step's own
+/// runs, and the one whose slowest rank was faster at its best moves the step. Returns the
+/// choice and both best times.
+fn pick_via<B: Backend, P>(
     b: &B,
-    prepared: &mut Prepared<B>,
-    input: &B::Buf,
+    prepared: &mut P,
+    set: impl Fn(&mut P, CommBackend),
+    mut run: impl FnMut(&mut P) -> Result<()>,
 ) -> Result<(CommBackend, [f64; 2])> {
     let mut best = [f64::INFINITY; 2];
     for (i, via) in [CommBackend::Nccl, CommBackend::Nvshmem]
         .into_iter()
         .enumerate()
     {
-        prepared.set_via(via);
+        set(prepared, via);
         for _ in 0..3 {
-            best[i] = best[i].min(once(b, &mut || prepared.run(b, input))?);
+            best[i] = best[i].min(once(b, &mut || run(prepared))?);
         }
     }
     let chosen = if best[1] < best[0] {
@@ -449,7 +457,7 @@ fn pick_via<B: Backend>(
     } else {
         CommBackend::Nccl
     };
-    prepared.set_via(chosen);
+    set(prepared, chosen);
     Ok((chosen, best))
 }
 

@@ -77,13 +77,14 @@ pub struct StepRecord {
     /// The step's own verification, when `check = true`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub check: Option<CheckRecord>,
-    /// How a movement's data traveled where it could go by NCCL or by NVSHMEM puts (a result
-    /// on the symmetric heap, `nvshmem` in the backends): the faster in trial runs.
+    /// How the step's data traveled where it could go by NCCL or by NVSHMEM puts (`nvshmem` in
+    /// the backends; a movement into a symmetric tensor, an FFT's transpose): the faster in
+    /// trial runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub via: Option<ViaRecord>,
 }
 
-/// The choice between NCCL and NVSHMEM puts for one movement.
+/// The choice between NCCL and NVSHMEM puts for one step.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ViaRecord {
     /// `nccl` or `nvshmem`.

@@ -6,9 +6,10 @@
 //! rows `y0_q..y0_q + s1_q`, one contiguous run; at q it lands, contiguous, at plane `x0_r + x`.
 //! Every rank splits its own planes into the same number of batches, so each side of a pair knows
 //! the other's batch bounds. A batch moves either by an all-to-all (NCCL: packed first into a
-//! send buffer), or, where the spec's backends name `nvshmem`, by puts: one strided copy per
-//! peer from the first phase's output straight into the peer's symmetric result, by the copy
-//! engines, so the SMs stay with cuFFT and nothing is packed (bench/RESULTS.md has both).
+//! send buffer), or, where the spec's backends name `nvshmem` (the result is then symmetric),
+//! by puts: one strided copy per peer from the first phase's output straight into the peer's
+//! symmetric result, by the copy engines, so the SMs stay with cuFFT and nothing is packed.
+//! Both are ready; the step's trial runs pick one ([`Batched::set_via`]; bench/RESULTS.md).
 
 use super::local::{AxisOp, Phase};
 use crate::backend::{Backend, Rows};
@@ -16,34 +17,27 @@ use crate::dist::Placement;
 use crate::ops::exchange::Run;
 use crate::plan::TensorState;
 use crate::runtime::comm::Parts;
+use crate::spec::model::CommBackend;
 use crate::spec::tensor::{Axis, DType, Distribution};
 use anyhow::Result;
 
 /// Batches of x-planes (at most; fewer where a rank holds fewer planes).
 const BATCHES: usize = 8;
 
-/// One batch: its first-phase FFT and its share of the move.
+/// One batch: its first-phase FFT and its share of the move, ready to go either way.
 struct Batch {
     /// The first phase on this batch's planes, and where they start in its input and output.
     phase: Phase,
     at: (usize, usize),
     /// The rank's own part, straight into the result.
     own: Vec<Run>,
-    /// How the rest reaches the other ranks.
-    share: Share,
-}
-
-/// A batch's share for the other ranks.
-enum Share {
-    /// Packed into the send buffer, then an all-to-all: elements to each rank (in the send
-    /// buffer) and from each rank (in the result).
-    Exchange {
-        pack: Vec<Run>,
-        to: Parts,
-        from: Parts,
-    },
-    /// Puts from the first phase's output into each peer's result.
-    Puts(Vec<Put>),
+    /// By NCCL: packing into the send buffer, then an all-to-all: elements to each rank (in
+    /// the send buffer) and from each rank (in the result).
+    pack: Vec<Run>,
+    to: Parts,
+    from: Parts,
+    /// By puts from the first phase's output into each peer's result (where it is symmetric).
+    puts: Vec<Put>,
 }
 
 /// A put of one batch's rows for one peer (bytes).
@@ -58,10 +52,14 @@ struct Put {
 pub struct Batched<B: Backend> {
     batches: Vec<Batch>,
     elem: usize,
-    /// The send buffer of all-to-all batches (empty with puts).
+    /// The send buffer of all-to-all batches.
     send: B::Buf,
-    /// The y-slab piece the transpose fills (symmetric with puts: as large as the largest).
+    /// The y-slab piece the transpose fills (symmetric where puts can fill it: as large as the
+    /// largest).
     pub out: B::Buf,
+    /// Whether `out` is symmetric, and how batches move now.
+    can_put: bool,
+    via: CommBackend,
 }
 
 /// (first, count) of each rank's slab of `n` along any axis.
@@ -125,7 +123,7 @@ impl<B: Backend> Batched<B> {
             return Ok(None);
         }
         let symmetric = b.symmetric(put_room(&middle.shape, elem, ranks))?;
-        let puts = symmetric.is_some();
+        let can_put = symmetric.is_some();
         // The send buffer holds each peer's part whole, peers in rank order (not this rank).
         let mut displ = vec![0; ranks];
         for q in 1..ranks {
@@ -154,7 +152,9 @@ impl<B: Backend> Batched<B> {
                     let src = |x: usize| x * n1 * inner + ys[q].0 * inner;
                     if q == me {
                         own.extend((lo..hi).map(|x| run(src(x), (xs[me].0 + x) * line)));
-                    } else if puts {
+                        continue;
+                    }
+                    if can_put {
                         put.push(Put {
                             peer: q,
                             src: src(lo) * elem,
@@ -166,29 +166,26 @@ impl<B: Backend> Batched<B> {
                                 dst_pitch: line * elem,
                             },
                         });
-                    } else {
-                        pack.extend((lo..hi).map(|x| run(src(x), displ[q] + x * line)));
-                        (to.counts[q], to.displs[q]) = ((hi - lo) * line, displ[q] + lo * line);
-                        let (rlo, rhi) = planes(xs[q].1, j, n);
-                        let mine = ys[me].1 * inner;
-                        (from.counts[q], from.displs[q]) =
-                            ((rhi - rlo) * mine, (xs[q].0 + rlo) * mine);
                     }
+                    pack.extend((lo..hi).map(|x| run(src(x), displ[q] + x * line)));
+                    (to.counts[q], to.displs[q]) = ((hi - lo) * line, displ[q] + lo * line);
+                    let (rlo, rhi) = planes(xs[q].1, j, n);
+                    let mine = ys[me].1 * inner;
+                    (from.counts[q], from.displs[q]) = ((rhi - rlo) * mine, (xs[q].0 + rlo) * mine);
                 }
                 Batch {
                     phase,
                     at: (lo * in_plane * in_elem, lo * n1 * inner * elem),
                     own,
-                    share: if puts {
-                        Share::Puts(put)
-                    } else {
-                        Share::Exchange { pack, to, from }
-                    },
+                    pack,
+                    to,
+                    from,
+                    puts: put,
                 }
             })
             .collect();
         let sent = (0..ranks)
-            .filter(|&q| q != me && !puts)
+            .filter(|&q| q != me)
             .map(|q| xs[me].1 * ys[q].1 * inner)
             .sum::<usize>();
         let out = match symmetric {
@@ -200,7 +197,19 @@ impl<B: Backend> Batched<B> {
             elem,
             send: b.zeros(sent * elem)?,
             out,
+            can_put,
+            via: CommBackend::Nccl,
         }))
+    }
+
+    /// Whether puts can move the batches (the result is symmetric: `nvshmem` in the backends).
+    pub fn can_put(&self) -> bool {
+        self.can_put
+    }
+
+    /// Moves the batches by NCCL's all-to-all or, where [`Batched::can_put`], by puts.
+    pub fn set_via(&mut self, via: CommBackend) {
+        self.via = if self.can_put { via } else { CommBackend::Nccl };
     }
 
     /// Runs the first phase from `work` into `after1` and the transpose, batch by batch;
@@ -213,7 +222,7 @@ impl<B: Backend> Batched<B> {
         after1: &mut B::Buf,
     ) -> Result<&B::Buf> {
         let (send, out, elem) = (&mut self.send, &mut self.out, self.elem);
-        let puts = matches!(self.batches.first().map(|b| &b.share), Some(Share::Puts(_)));
+        let puts = self.via == CommBackend::Nvshmem;
         if puts {
             // Every peer is done reading its result of the last run before puts overwrite it.
             b.put_barrier()?;
@@ -229,20 +238,21 @@ impl<B: Backend> Batched<B> {
                 )?;
             }
             let after1 = &*after1;
-            last = Some(match &batch.share {
-                Share::Puts(list) => {
+            last = Some(if puts {
+                b.copy_runs(after1, out, &batch.own, elem);
+                let out = &*out;
+                b.side(&mut || {
+                    batch
+                        .puts
+                        .iter()
+                        .try_for_each(|p| b.put((after1, p.src), (out, p.dst), p.rows, p.peer))
+                })?
+            } else {
+                b.side(&mut || {
+                    b.copy_runs(after1, send, &batch.pack, elem);
                     b.copy_runs(after1, out, &batch.own, elem);
-                    let out = &*out;
-                    b.side(&mut || {
-                        list.iter()
-                            .try_for_each(|p| b.put((after1, p.src), (out, p.dst), p.rows, p.peer))
-                    })?
-                }
-                Share::Exchange { pack, to, from } => b.side(&mut || {
-                    b.copy_runs(after1, send, pack, elem);
-                    b.copy_runs(after1, out, &batch.own, elem);
-                    b.all_to_all_v(send, to, out, from, elem)
-                })?,
+                    b.all_to_all_v(send, &batch.to, out, &batch.from, elem)
+                })?
             });
         }
         if let Some(mark) = &last {

@@ -13,6 +13,7 @@ use super::step::{Movement, Staged, local_bytes};
 use crate::backend::Backend;
 use crate::dist::Placement;
 use crate::plan::TensorState;
+use crate::spec::model::CommBackend;
 use crate::spec::step::{Fft, FftDirection, FftKind, FftNorm};
 use crate::spec::tensor::{Axis, DType, Distribution, Layout};
 use anyhow::Result;
@@ -200,6 +201,18 @@ impl<B: Backend> PreparedFft<B> {
         })
     }
 
+    /// Whether the transpose can move by NVSHMEM puts (see [`PreparedFft::set_via`]).
+    pub fn can_put(&self) -> bool {
+        matches!(&self.transpose, Transpose::Batched(p) if p.can_put())
+    }
+
+    /// Moves the transpose by NCCL or, where [`PreparedFft::can_put`], by puts.
+    pub fn set_via(&mut self, via: CommBackend) {
+        if let Transpose::Batched(p) = &mut self.transpose {
+            p.set_via(via);
+        }
+    }
+
     /// Runs the FFT once on `input`.
     pub fn run(&mut self, b: &B, input: &B::Buf) -> Result<()> {
         let work = match &mut self.to_work {
@@ -236,5 +249,37 @@ impl<B: Backend> PreparedFft<B> {
             Some(staged) => staged.out,
             None => self.after2,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::symmetric_room;
+    use crate::init::tests::state;
+    use crate::spec::step::Fft;
+    use crate::spec::tensor::{Axis, DType, Distribution, Layout};
+
+    fn fft(kind: &str) -> Fft {
+        toml::from_str(&format!("input = \"x\"\nkind = \"{kind}\"")).unwrap()
+    }
+
+    #[test]
+    fn puts_get_room_for_the_largest_y_slab() {
+        let x = Distribution::Slab(Axis::Index(0));
+        let y = Distribution::Slab(Axis::Index(1));
+        let c = state(&[30, 27, 33], DType::C64, Layout::C, x.clone());
+        // 27 rows over 4 ranks: 7, 7, 7, 6; every rank reserves the largest.
+        assert_eq!(symmetric_room(&fft("c2c"), &c, &c, 4), 30 * 7 * 33 * 8);
+        // r2c: the complex half-spectrum (33 -> 17) in single precision.
+        let real = state(&[30, 27, 33], DType::F32, Layout::C, x.clone());
+        let half = state(&[30, 27, 17], DType::C64, Layout::C, x);
+        assert_eq!(
+            symmetric_room(&fft("r2c"), &real, &half, 4),
+            30 * 7 * 17 * 8
+        );
+        // From y-slabs the transpose is not batched; one rank moves nothing.
+        let from_y = state(&[30, 27, 33], DType::C128, Layout::C, y);
+        assert_eq!(symmetric_room(&fft("c2c"), &from_y, &from_y, 4), 0);
+        assert_eq!(symmetric_room(&fft("c2c"), &c, &c, 1), 0);
     }
 }
