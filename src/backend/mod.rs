@@ -159,7 +159,8 @@ pub trait Backend {
     fn wait(&self, mark: &Self::Mark) -> Result<()>;
     /// A zeroed buffer of `bytes` that other ranks write into with [`Backend::put`] (NVSHMEM's
     /// symmetric heap on the GPU; collective, the same size on every rank), or None where puts
-    /// are not available (the CPU, or no `nvshmem` in the spec's backends).
+    /// are not available (the CPU, no `nvshmem` in the spec's backends, or GPUs that do not map
+    /// each other's memory, as across nodes: NCCL moves everything there).
     fn symmetric(&self, bytes: usize) -> Result<Option<Self::Buf>>;
     /// The `reserved` bytes of the symmetric buffer `buf` from byte `offset` (the same on every
     /// rank: puts may fill them all) as a symmetric buffer of its own, of which this rank's

@@ -50,7 +50,7 @@ pub struct StepRecord {
     pub flops: Option<f64>,
     /// The check's outcome, over all ranks.
     pub check: Option<Comparison>,
-    /// Where `auto` chose how a step's data travels (a movement into a symmetric result, an
+    /// Where the trial runs chose how a step's data travels (a movement into a symmetric result, an
     /// FFT's transpose): the choice, and the best trial time by NCCL and by NVSHMEM puts
     /// (seconds, slowest rank).
     pub via: Option<(CommBackend, [f64; 2])>,
@@ -90,14 +90,16 @@ pub fn run(loaded: &Loaded, plan: &Plan, ctx: &Context, opts: &Options) -> Resul
             &loaded.spec.runtime.device_map,
             nvshmem_heap(loaded, plan),
         )?;
-        let ran = run_on(&backend, loaded, plan, ctx, opts);
-        if let Err(e) = &ran {
-            backend.abandon_nvshmem();
-            // Peers may wait on this GPU in NCCL or an NVSHMEM barrier, and tearing the backend
-            // down could wait on them: the rank fails (and ends the job) before it drops.
-            ctx.fail(e);
+        match run_on(&backend, loaded, plan, ctx, opts) {
+            Ok(passed) => Ok(passed),
+            Err(e) => {
+                backend.abandon_nvshmem();
+                // Peers may wait on this GPU in NCCL or an NVSHMEM barrier, and tearing the
+                // backend down could wait on them: the rank fails (ending the job) before it
+                // drops.
+                ctx.fail(&e)
+            }
         }
-        ran
     } else {
         run_on(&Cpu::new(ctx.comm.as_ref()), loaded, plan, ctx, opts)
     }
@@ -127,7 +129,7 @@ fn run_on<B: Backend>(
 /// NVSHMEM's symmetric heap where the spec's backends name `nvshmem`: the plan's symmetric
 /// tensors, plus room for what arrives by puts in every step (symmetric buffers are not freed
 /// before the end): the pieces a matmul gathers (at most P times each operand's largest piece),
-/// an FFT's transposed slab (twice with `check`: the inverse transform too).
+/// an FFT's transposed slab (and its inverse's, which `check` runs).
 fn nvshmem_heap(loaded: &Loaded, plan: &Plan) -> Option<usize> {
     let spec = &loaded.spec;
     let wanted = spec
@@ -156,11 +158,15 @@ fn nvshmem_heap(loaded: &Loaded, plan: &Plan) -> Option<usize> {
         .map(|(s, planned)| match (s, &planned.output_state) {
             (Step::Matmul(m), _) => bytes(&m.a) + bytes(&m.b),
             (Step::Fft(f), Some(out)) => {
+                use crate::ops::fft::{check::inverse, symmetric_room};
                 let input = &planned.input_states[0];
-                let room = crate::ops::fft::symmetric_room(f, input, out, ranks as usize).max(
-                    crate::ops::fft::symmetric_room(f, out, input, ranks as usize),
-                );
-                room as u64 * (1 + u64::from(f.common.check))
+                let p = ranks as usize;
+                let back = if f.common.check {
+                    symmetric_room(&inverse(f), out, input, p)
+                } else {
+                    0
+                };
+                (symmetric_room(f, input, out, p) + back) as u64
             }
             _ => 0,
         })
@@ -249,8 +255,9 @@ fn execute<B: Backend>(
         origins.insert(name.clone(), Origin::Init(name.clone()));
     }
     // Symmetric tensors live on one symmetric buffer of the plan's heap, each at its planned
-    // offset (where NVSHMEM runs; elsewhere they are ordinary buffers); initialized ones move
-    // there once generated.
+    // offset (where puts can reach them; elsewhere they are ordinary buffers); initialized ones
+    // move there once generated. The heap's memory stays to the end of the run (the GPU backend
+    // never frees symmetric buffers alone), so the views outlive this handle safely.
     let arena = if plan.tensors.values().any(|t| t.symmetric.is_some()) {
         b.symmetric(plan.symmetric_heap_bytes as usize)?
     } else {
@@ -432,7 +439,7 @@ fn once<B: Backend>(b: &B, run: &mut dyn FnMut() -> Result<()>) -> Result<f64> {
     b.max_over_ranks(t)
 }
 
-/// `auto` between NCCL and NVSHMEM for a step whose data puts can move (a movement into a
+/// The choice between NCCL and NVSHMEM for a step whose data puts can move (a movement into a
 /// symmetric result, an FFT's transpose): each way runs three times before the step's own
 /// runs, and the one whose slowest rank was faster at its best moves the step. Returns the
 /// choice and both best times.

@@ -125,6 +125,9 @@ impl Movement {
     /// puts into a symmetric result can replace the exchange; None where some rank receives
     /// through a receive buffer (its parts not contiguous in its result). Collective.
     pub fn puts<B: Backend>(&self, b: &B) -> Result<Option<Vec<usize>>> {
+        if b.ranks() < 2 {
+            return Ok(None);
+        }
         let direct = self.ex.direct_recv.is_some();
         let mine: Vec<u8> = std::iter::once(u64::from(direct))
             .chain(self.from.displs.iter().map(|&d| d as u64))

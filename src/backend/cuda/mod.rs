@@ -688,7 +688,7 @@ impl Backend for Cuda<'_> {
     }
 
     fn symmetric(&self, bytes: usize) -> Result<Option<Self::Buf>> {
-        let Some(nv) = &self.nvshmem else {
+        let Some(nv) = self.nvshmem.as_ref().filter(|nv| nv.peers_mapped()) else {
             return Ok(None);
         };
         let sym = nv.alloc(bytes)?;

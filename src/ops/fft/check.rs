@@ -58,17 +58,10 @@ fn energy(state: &TensorState, v: &[(f64, f64)], ranks: u64, rank: u64, half: Op
     }
 }
 
-/// Checks an FFT step's result `out` against its `input`.
-pub fn check<B: Backend>(
-    b: &B,
-    step: &Fft,
-    input: (&TensorState, &B::Buf),
-    out: (&TensorState, &B::Buf),
-) -> Result<Comparison> {
-    let (ranks, rank) = (b.ranks() as u64, b.rank() as u64);
-    let (in_state, out_state) = (input.0, out.0);
-    // The inverse of the step, from the result's state back to the input's.
-    let inverse = Fft {
+/// The inverse of an FFT step, from its result's state back to its input's (what the check
+/// runs).
+pub fn inverse(step: &Fft) -> Fft {
+    Fft {
         input: String::new(),
         out: None,
         kind: match step.kind {
@@ -83,8 +76,19 @@ pub fn check<B: Backend>(
         norm: step.norm,
         reshape: true,
         common: step.common.clone(),
-    };
-    let mut back = PreparedFft::new(b, &inverse, out_state, in_state)?;
+    }
+}
+
+/// Checks an FFT step's result `out` against its `input`.
+pub fn check<B: Backend>(
+    b: &B,
+    step: &Fft,
+    input: (&TensorState, &B::Buf),
+    out: (&TensorState, &B::Buf),
+) -> Result<Comparison> {
+    let (ranks, rank) = (b.ranks() as u64, b.rank() as u64);
+    let (in_state, out_state) = (input.0, out.0);
+    let mut back = PreparedFft::new(b, &inverse(step), out_state, in_state)?;
     back.run(b, out.1)?;
     let back = back.into_output();
     let real_shape = if step.kind == FftKind::C2r {

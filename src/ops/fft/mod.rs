@@ -254,6 +254,7 @@ impl<B: Backend> PreparedFft<B> {
 
 #[cfg(test)]
 mod tests {
+    use super::check::inverse;
     use super::symmetric_room;
     use crate::init::tests::state;
     use crate::spec::step::Fft;
@@ -281,5 +282,11 @@ mod tests {
         let from_y = state(&[30, 27, 33], DType::C128, Layout::C, y);
         assert_eq!(symmetric_room(&fft("c2c"), &from_y, &from_y, 4), 0);
         assert_eq!(symmetric_room(&fft("c2c"), &c, &c, 1), 0);
+        // A 2-D c2r starts from y-slabs, but its check's inverse (an r2c) from x-slabs.
+        let spectrum = state(&[30, 14], DType::C128, Layout::C, from_y.dist.clone());
+        let signal = state(&[30, 27], DType::F64, Layout::C, from_y.dist);
+        assert_eq!(symmetric_room(&fft("c2r"), &spectrum, &signal, 4), 0);
+        let back = inverse(&fft("c2r"));
+        assert_eq!(symmetric_room(&back, &signal, &spectrum, 4), 30 * 4 * 16);
     }
 }

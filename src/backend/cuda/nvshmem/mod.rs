@@ -19,7 +19,7 @@ use cudarc::driver::sys::{
 use std::ffi::{OsStr, c_void};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// The host library's file name (its soname: NVSHMEM 3).
 pub const LIBRARY: &str = "libnvshmem_host.so.3";
@@ -468,6 +468,11 @@ pub struct Nvshmem<'a> {
     comm: &'a dyn Comm,
     shared: Arc<Shared>,
     heap: HeapSize,
+    /// Every rank's GPU maps every other's heap (one node's NVLink or PCIe), as the puts from
+    /// ordinary device memory by the copy engines need.
+    mapped: bool,
+    /// The device's largest pitch for a 2-D copy, once asked.
+    max_pitch: OnceLock<usize>,
 }
 
 /// The driver's description of a copy of `rows` between two device addresses.
@@ -593,6 +598,8 @@ impl<'a> Nvshmem<'a> {
                 live: AtomicBool::new(false),
             }),
             heap: HeapSize::Set(0),
+            mapped: false,
+            max_pitch: OnceLock::new(),
         };
         // NVSHMEM reads its environment in nvshmemx_get_uniqueid and again in init.
         this.heap = match std::env::var(ENV_SYMMETRIC_SIZE) {
@@ -648,7 +655,23 @@ impl<'a> Nvshmem<'a> {
             pe == rank as i32 && pes == size as i32,
             "NVSHMEM numbers this process PE {pe} of {pes}, but it is rank {rank} of {size}"
         );
+        // Whether puts can reach every rank through the mapping (a collective probe).
+        let probe = this.alloc(1)?;
+        let mine = (0..size).all(|pe| {
+            // SAFETY: an address of a symmetric buffer; NULL where `pe` is not mapped here.
+            let at = unsafe { lib.nvshmem_ptr(probe.ptr as *const c_void, pe as i32) };
+            !at.is_null()
+        });
+        let all = comm.all_gather_bytes(&[u8::from(mine)])?;
+        this.mapped = all.iter().all(|flag| flag == &[1]);
+        drop(probe);
         Ok(this)
+    }
+
+    /// Whether every rank's GPU maps every other's symmetric heap (NVLink or PCIe on one node):
+    /// the puts distrun makes, from ordinary device memory by the copy engines, need it.
+    pub fn peers_mapped(&self) -> bool {
+        self.mapped
     }
 
     fn lib(&self) -> &'static sys::NvshmemLib {
@@ -775,10 +798,14 @@ impl<'a> Nvshmem<'a> {
             self.lib()
                 .nvshmem_ptr((dst.ptr as usize + dst_off) as *const c_void, pe as i32)
         };
-        let max_pitch = stream
-            .context()
-            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_PITCH)?
-            as usize;
+        let max_pitch = match self.max_pitch.get() {
+            Some(&p) => p,
+            None => {
+                let attribute = CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_PITCH;
+                let p = stream.context().attribute(attribute)? as usize;
+                *self.max_pitch.get_or_init(|| p)
+            }
+        };
         if mapped.is_null() || rows.src_pitch.max(rows.dst_pitch) > max_pitch {
             for i in 0..rows.height {
                 put(
