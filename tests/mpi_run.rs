@@ -596,3 +596,58 @@ fn queued_timing_reports_the_mean_of_back_to_back_iterations() {
         assert!(t["median"].as_f64().unwrap() > 0.0, "{step}");
     }
 }
+
+#[test]
+fn symmetric_tensors_run_and_keep_values_on_the_cpu_at_1_to_4_ranks() {
+    // On the CPU the flag only places tensors in the plan's heap; every value stays right.
+    let spec = r#"[job]
+name = "sym"
+[tensors.x]
+shape = [13, 10]
+dtype = "f64"
+distribution = { slab = 0 }
+init = { arange = {} }
+symmetric = true
+[tensors.all]
+shape = [13, 10]
+dtype = "f64"
+distribution = "replicated"
+symmetric = true
+[tensors.cols]
+shape = [13, 10]
+dtype = "f64"
+distribution = { slab = 1 }
+symmetric = true
+[[steps]]
+op = "all_gather"
+input = "x"
+out = "all"
+check = true
+[[steps]]
+op = "redistribute"
+input = "x"
+out = "cols"
+distribution = { slab = 1 }
+check = true
+[output]
+gather = true
+tensors = ["all", "cols"]
+"#;
+    for p in 1..=4usize {
+        let dir = temp_dir(&format!("sym{p}"));
+        let path = dir.join("s.toml");
+        std::fs::write(&path, spec).unwrap();
+        let out = dir.join("run");
+        let ran = run_at(p, &path, &out);
+        assert_eq!(ran.code, 0, "{p} ranks:\n{}", ran.stderr);
+        assert_checks_passed(&out);
+        for name in ["all", "cols"] {
+            let (shape, v) = read_npy(&out.join(format!("{name}.npy")));
+            assert_eq!(shape, [13, 10]);
+            assert!(
+                v.iter().enumerate().all(|(i, x)| *x == i as f64),
+                "{name} at {p} ranks"
+            );
+        }
+    }
+}
