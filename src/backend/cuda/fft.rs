@@ -52,6 +52,8 @@ pub struct Group {
     /// Launches, and the distance between their first elements on input and output.
     pub launches: usize,
     pub launch_step: (usize, usize),
+    /// The first launch's first element on input and output (a phase on some rows only).
+    pub offset: (usize, usize),
 }
 
 impl Group {
@@ -75,6 +77,25 @@ fn axis_of(op: &AxisOp, last: usize) -> (usize, Transform) {
 pub fn groups(phase: &Phase) -> Vec<Group> {
     let nd = phase.shape.len();
     let last = nd - 1;
+    if let Some((lo, hi)) = phase.rows {
+        // Axis-0 transforms of rows lo..hi: one strided plan whose batch is those rows' columns.
+        let rest: usize = phase.shape[2..].iter().product();
+        let pitch = phase.shape[1] * rest;
+        return phase
+            .ops
+            .iter()
+            .map(|op| Group {
+                transform: axis_of(op, last).1,
+                dims: vec![phase.shape[0]],
+                stride: pitch,
+                dist: (1, 1),
+                batch: (hi - lo) * rest,
+                launches: 1,
+                launch_step: (0, 0),
+                offset: (lo * rest, lo * rest),
+            })
+            .collect();
+    }
     // The complex shape the transforms see (the last axis halved once an r2c has run; a c2r's
     // real length from the op).
     let mut shape = phase.shape.clone();
@@ -139,6 +160,7 @@ pub fn groups(phase: &Phase) -> Vec<Group> {
                 batch: inner,
                 launches: outer,
                 launch_step: (n * inner, n * inner),
+                offset: (0, 0),
             });
             i += 1;
             continue;
@@ -171,6 +193,7 @@ pub fn groups(phase: &Phase) -> Vec<Group> {
             batch: shape[..lo].iter().product(),
             launches: 1,
             launch_step: (0, 0),
+            offset: (0, 0),
         });
         i += take;
     }
@@ -252,9 +275,10 @@ impl Plan {
         };
         // cuFFT's directions: -1 forward (e^-i), +1 inverse.
         let dir = |inverse: bool| if inverse { 1 } else { -1 };
+        let (first, step) = (self.group.offset, self.group.launch_step);
         for l in 0..self.group.launches {
-            let i = src + (l * self.group.launch_step.0 * ie) as u64;
-            let o = dst + (l * self.group.launch_step.1 * oe) as u64;
+            let i = src + ((first.0 + l * step.0) * ie) as u64;
+            let o = dst + ((first.1 + l * step.1) * oe) as u64;
             let h = self.handle;
             // SAFETY: the group's layout stays inside both buffers (sized from the phase).
             unsafe {
@@ -361,7 +385,29 @@ mod tests {
             shape: shape.to_vec(),
             ops,
             scale: None,
+            rows: None,
         }
+    }
+
+    #[test]
+    fn a_phase_on_some_rows_is_one_strided_plan_from_the_first_row() {
+        // The second phase of a y-slab [8, 6, 5] on rows 2..5: along axis 0 (stride 6*5),
+        // 3*5 columns from element 2*5.
+        let along_0 = vec![AxisOp::C2c {
+            axis: 0,
+            inverse: false,
+        }];
+        let g = groups(&phase(&[8, 6, 5], along_0).on_rows(2, 5).unwrap());
+        assert_eq!(g.len(), 1);
+        let g = &g[0];
+        assert_eq!((g.dims.clone(), g.stride, g.dist), (vec![8], 30, (1, 1)));
+        assert_eq!((g.batch, g.launches, g.offset), (15, 1, (10, 10)));
+        // Transforms along other axes, or a scale, do not split by rows.
+        let along_1 = vec![AxisOp::C2c {
+            axis: 1,
+            inverse: false,
+        }];
+        assert!(phase(&[8, 6, 5], along_1).on_rows(2, 5).is_none());
     }
 
     #[test]

@@ -141,6 +141,7 @@ impl<B: Backend> PreparedFft<B> {
             shape: local_shape(&work_in),
             ops: ops1,
             scale: None,
+            rows: None,
         };
         let after1 = b.zeros(local_bytes(&middle, ranks, rank))?;
         let transposed = TensorState {
@@ -176,6 +177,7 @@ impl<B: Backend> PreparedFft<B> {
             shape: local_shape(&transposed),
             ops: ops2,
             scale: (s != 1.0).then_some(s),
+            rows: None,
         };
         let natural = TensorState {
             dist: slab(s1),
