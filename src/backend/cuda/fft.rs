@@ -52,8 +52,6 @@ pub struct Group {
     /// Launches, and the distance between their first elements on input and output.
     pub launches: usize,
     pub launch_step: (usize, usize),
-    /// The first launch's first element on input and output (a phase on some rows only).
-    pub offset: (usize, usize),
 }
 
 impl Group {
@@ -78,7 +76,8 @@ pub fn groups(phase: &Phase) -> Vec<Group> {
     let nd = phase.shape.len();
     let last = nd - 1;
     if let Some((lo, hi)) = phase.rows {
-        // Axis-0 transforms of rows lo..hi: one strided plan whose batch is those rows' columns.
+        // Axis-0 transforms of rows lo..hi: one strided plan whose batch is those rows' columns
+        // (from the first row's: the caller moves its pointers there).
         let rest: usize = phase.shape[2..].iter().product();
         let pitch = phase.shape[1] * rest;
         return phase
@@ -92,7 +91,6 @@ pub fn groups(phase: &Phase) -> Vec<Group> {
                 batch: (hi - lo) * rest,
                 launches: 1,
                 launch_step: (0, 0),
-                offset: (lo * rest, lo * rest),
             })
             .collect();
     }
@@ -160,7 +158,6 @@ pub fn groups(phase: &Phase) -> Vec<Group> {
                 batch: inner,
                 launches: outer,
                 launch_step: (n * inner, n * inner),
-                offset: (0, 0),
             });
             i += 1;
             continue;
@@ -193,7 +190,6 @@ pub fn groups(phase: &Phase) -> Vec<Group> {
             batch: shape[..lo].iter().product(),
             launches: 1,
             launch_step: (0, 0),
-            offset: (0, 0),
         });
         i += take;
     }
@@ -275,10 +271,9 @@ impl Plan {
         };
         // cuFFT's directions: -1 forward (e^-i), +1 inverse.
         let dir = |inverse: bool| if inverse { 1 } else { -1 };
-        let (first, step) = (self.group.offset, self.group.launch_step);
         for l in 0..self.group.launches {
-            let i = src + ((first.0 + l * step.0) * ie) as u64;
-            let o = dst + ((first.1 + l * step.1) * oe) as u64;
+            let i = src + (l * self.group.launch_step.0 * ie) as u64;
+            let o = dst + (l * self.group.launch_step.1 * oe) as u64;
             let h = self.handle;
             // SAFETY: the group's layout stays inside both buffers (sized from the phase).
             unsafe {
@@ -316,24 +311,36 @@ impl Cuda<'_> {
             at_in + n_in <= input.len && at_out + n_out <= output.len,
             "an FFT phase outside its buffers"
         );
+        // A phase on some rows: one plan per row count, its pointers moved to the first row.
+        let (key, skip) = match phase.rows {
+            Some((lo, hi)) => {
+                let rest: usize = phase.shape[2..].iter().product();
+                let key = Phase {
+                    rows: Some((0, hi - lo)),
+                    ..phase.clone()
+                };
+                (key, (lo * rest * precision.size() as usize) as u64)
+            }
+            None => (phase.clone(), 0),
+        };
         let mut cache = self.ffts.borrow_mut();
         let at = match cache
             .iter()
-            .position(|(p, ph, _)| *p == precision && ph == phase)
+            .position(|(p, ph, _)| *p == precision && *ph == key)
         {
             Some(at) => at,
             None => {
-                let plans = groups(phase)
+                let plans = groups(&key)
                     .into_iter()
                     .map(|g| Plan::new(g, precision, self.stream.cu_stream() as _))
                     .collect::<Result<Vec<_>>>()?;
-                cache.push((precision, phase.clone(), plans));
+                cache.push((precision, key, plans));
                 cache.len() - 1
             }
         };
         let plans = &cache[at].2;
-        let i = input.data.device_ptr(&self.stream).0 + at_in as u64;
-        let o = output.data.device_ptr_mut(&self.stream).0 + at_out as u64;
+        let i = input.data.device_ptr(&self.stream).0 + at_in as u64 + skip;
+        let o = output.data.device_ptr_mut(&self.stream).0 + at_out as u64 + skip;
         let c2r = plans.iter().any(|p| p.group.transform == Transform::C2r);
         if plans.is_empty() {
             let n = n_in.min(n_out);
@@ -390,9 +397,9 @@ mod tests {
     }
 
     #[test]
-    fn a_phase_on_some_rows_is_one_strided_plan_from_the_first_row() {
-        // The second phase of a y-slab [8, 6, 5] on rows 2..5: along axis 0 (stride 6*5),
-        // 3*5 columns from element 2*5.
+    fn a_phase_on_some_rows_is_one_strided_plan_over_their_columns() {
+        // The second phase of a y-slab [8, 6, 5] on rows 2..5: along axis 0 (stride 6*5), a
+        // batch of 3*5 columns (from row 2's first, where the caller points).
         let along_0 = vec![AxisOp::C2c {
             axis: 0,
             inverse: false,
@@ -401,7 +408,7 @@ mod tests {
         assert_eq!(g.len(), 1);
         let g = &g[0];
         assert_eq!((g.dims.clone(), g.stride, g.dist), (vec![8], 30, (1, 1)));
-        assert_eq!((g.batch, g.launches, g.offset), (15, 1, (10, 10)));
+        assert_eq!((g.batch, g.launches), (15, 1));
         // Transforms along other axes, or a scale, do not split by rows.
         let along_1 = vec![AxisOp::C2c {
             axis: 1,
