@@ -137,6 +137,11 @@ fn cases(p: usize) -> Vec<Case> {
     let mut c = base("r2c", DType::F64, &s2, "{ slab = 0 }");
     c.reshape = false;
     all.push(c);
+    // Back to x-slabs batch by batch of rows (16-byte rows): r2c, and a 2-D c2c with its norm.
+    all.push(base("r2c", DType::F64, &s3, "{ slab = 0 }"));
+    let mut c = base("c2c", DType::C128, &s2, "{ slab = 0 }");
+    c.norm = "ortho";
+    all.push(c);
     // c2r to odd and even real lengths, 3-D and 2-D.
     for (shape, last, dist) in [
         (vec![30u64, 27, 17], 33u64, "{ slab = 1 }"),

@@ -75,6 +75,25 @@ fn axis_of(op: &AxisOp, last: usize) -> (usize, Transform) {
 pub fn groups(phase: &Phase) -> Vec<Group> {
     let nd = phase.shape.len();
     let last = nd - 1;
+    if let Some((lo, hi)) = phase.rows {
+        // Axis-0 transforms of rows lo..hi: one strided plan whose batch is those rows' columns
+        // (from the first row's: the caller moves its pointers there).
+        let rest: usize = phase.shape[2..].iter().product();
+        let pitch = phase.shape[1] * rest;
+        return phase
+            .ops
+            .iter()
+            .map(|op| Group {
+                transform: axis_of(op, last).1,
+                dims: vec![phase.shape[0]],
+                stride: pitch,
+                dist: (1, 1),
+                batch: (hi - lo) * rest,
+                launches: 1,
+                launch_step: (0, 0),
+            })
+            .collect();
+    }
     // The complex shape the transforms see (the last axis halved once an r2c has run; a c2r's
     // real length from the op).
     let mut shape = phase.shape.clone();
@@ -292,24 +311,36 @@ impl Cuda<'_> {
             at_in + n_in <= input.len && at_out + n_out <= output.len,
             "an FFT phase outside its buffers"
         );
+        // A phase on some rows: one plan per row count, its pointers moved to the first row.
+        let (key, skip) = match phase.rows {
+            Some((lo, hi)) => {
+                let rest: usize = phase.shape[2..].iter().product();
+                let key = Phase {
+                    rows: Some((0, hi - lo)),
+                    ..phase.clone()
+                };
+                (key, (lo * rest * precision.size() as usize) as u64)
+            }
+            None => (phase.clone(), 0),
+        };
         let mut cache = self.ffts.borrow_mut();
         let at = match cache
             .iter()
-            .position(|(p, ph, _)| *p == precision && ph == phase)
+            .position(|(p, ph, _)| *p == precision && *ph == key)
         {
             Some(at) => at,
             None => {
-                let plans = groups(phase)
+                let plans = groups(&key)
                     .into_iter()
                     .map(|g| Plan::new(g, precision, self.stream.cu_stream() as _))
                     .collect::<Result<Vec<_>>>()?;
-                cache.push((precision, phase.clone(), plans));
+                cache.push((precision, key, plans));
                 cache.len() - 1
             }
         };
         let plans = &cache[at].2;
-        let i = input.data.device_ptr(&self.stream).0 + at_in as u64;
-        let o = output.data.device_ptr_mut(&self.stream).0 + at_out as u64;
+        let i = input.data.device_ptr(&self.stream).0 + at_in as u64 + skip;
+        let o = output.data.device_ptr_mut(&self.stream).0 + at_out as u64 + skip;
         let c2r = plans.iter().any(|p| p.group.transform == Transform::C2r);
         if plans.is_empty() {
             let n = n_in.min(n_out);
@@ -361,7 +392,29 @@ mod tests {
             shape: shape.to_vec(),
             ops,
             scale: None,
+            rows: None,
         }
+    }
+
+    #[test]
+    fn a_phase_on_some_rows_is_one_strided_plan_over_their_columns() {
+        // The second phase of a y-slab [8, 6, 5] on rows 2..5: along axis 0 (stride 6*5), a
+        // batch of 3*5 columns (from row 2's first, where the caller points).
+        let along_0 = vec![AxisOp::C2c {
+            axis: 0,
+            inverse: false,
+        }];
+        let g = groups(&phase(&[8, 6, 5], along_0).on_rows(2, 5).unwrap());
+        assert_eq!(g.len(), 1);
+        let g = &g[0];
+        assert_eq!((g.dims.clone(), g.stride, g.dist), (vec![8], 30, (1, 1)));
+        assert_eq!((g.batch, g.launches), (15, 1));
+        // Transforms along other axes, or a scale, do not split by rows.
+        let along_1 = vec![AxisOp::C2c {
+            axis: 1,
+            inverse: false,
+        }];
+        assert!(phase(&[8, 6, 5], along_1).on_rows(2, 5).is_none());
     }
 
     #[test]

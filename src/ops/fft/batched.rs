@@ -9,7 +9,7 @@
 //! send buffer), or, where the spec's backends name `nvshmem` (the result is then symmetric),
 //! by puts: one strided copy per peer from the first phase's output straight into the peer's
 //! symmetric result, by the copy engines, so the SMs stay with cuFFT and nothing is packed.
-//! Both are ready; the step's trial runs pick one ([`Batched::set_via`]; bench/RESULTS.md).
+//! Both are ready; the step's trial runs pick one ([`Route`]; bench/RESULTS.md).
 
 use super::local::{AxisOp, Phase};
 use crate::backend::{Backend, Rows};
@@ -22,7 +22,7 @@ use crate::spec::tensor::{Axis, DType, Distribution};
 use anyhow::Result;
 
 /// Batches of x-planes (at most; fewer where a rank holds fewer planes).
-const BATCHES: usize = 8;
+pub(super) const BATCHES: usize = 8;
 
 /// One batch: its first-phase FFT and its share of the move, ready to go either way.
 struct Batch {
@@ -41,11 +41,11 @@ struct Batch {
 }
 
 /// A put of one batch's rows for one peer (bytes).
-struct Put {
-    peer: usize,
-    src: usize,
-    dst: usize,
-    rows: Rows,
+pub(super) struct Put {
+    pub peer: usize,
+    pub src: usize,
+    pub dst: usize,
+    pub rows: Rows,
 }
 
 /// The batched transpose of one rank.
@@ -57,13 +57,79 @@ pub struct Batched<B: Backend> {
     /// The y-slab piece the transpose fills (symmetric where puts can fill it: as large as the
     /// largest).
     pub out: B::Buf,
-    /// Whether `out` is symmetric, and how batches move now.
+    /// How the batches move.
+    pub route: Route,
+}
+
+/// How a batched move goes: by NCCL's all-to-all, or by puts where its result is symmetric
+/// (the step's trial runs choose).
+#[derive(Debug, Clone, Copy)]
+pub struct Route {
     can_put: bool,
     via: CommBackend,
 }
 
+impl Route {
+    /// By NCCL until set otherwise; puts allowed where `can_put`.
+    pub fn new(can_put: bool) -> Self {
+        Route {
+            can_put,
+            via: CommBackend::Nccl,
+        }
+    }
+
+    /// Whether puts can make the move (the result is symmetric: `nvshmem` in the backends).
+    pub fn can_put(self) -> bool {
+        self.can_put
+    }
+
+    /// Moves by `via` from now on (NCCL where puts cannot).
+    pub fn set(&mut self, via: CommBackend) {
+        self.via = if self.can_put { via } else { CommBackend::Nccl };
+    }
+
+    /// Whether the move goes by puts now.
+    pub fn puts(self) -> bool {
+        self.via == CommBackend::Nvshmem
+    }
+
+    /// Before a run's batches: with puts, every peer is done reading its result of the last
+    /// run before puts overwrite it.
+    pub fn start<B: Backend>(self, b: &B) -> Result<()> {
+        if self.puts() {
+            b.put_barrier()?;
+        }
+        Ok(())
+    }
+
+    /// After a run's batches: the main queue waits for the last batch's move (`last`) and, with
+    /// puts, for every peer's puts to land.
+    pub fn finish<B: Backend>(self, b: &B, last: Option<B::Mark>) -> Result<()> {
+        if let Some(mark) = &last {
+            b.wait(mark)?;
+        }
+        if self.puts() {
+            b.put_barrier()?;
+        }
+        Ok(())
+    }
+}
+
+/// Queues one batch's puts from `src` into the symmetric `out` of each peer on the side queue.
+pub(super) fn put_batch<B: Backend>(
+    b: &B,
+    src: &B::Buf,
+    out: &B::Buf,
+    puts: &[Put],
+) -> Result<B::Mark> {
+    b.side(&mut || {
+        puts.iter()
+            .try_for_each(|p| b.put((src, p.src), (out, p.dst), p.rows, p.peer))
+    })
+}
+
 /// (first, count) of each rank's slab of `n` along any axis.
-fn split(n: usize, ranks: usize) -> Vec<(usize, usize)> {
+pub(super) fn split(n: usize, ranks: usize) -> Vec<(usize, usize)> {
     let x_slab = Distribution::Slab(Axis::Index(0));
     let whole = [n as u64];
     let p = Placement::new(&x_slab, &whole, ranks as u64);
@@ -92,7 +158,7 @@ pub fn put_room(middle_shape: &[u64], elem: usize, ranks: usize) -> usize {
 }
 
 /// Rank r's planes of batch j: `[s*j/n, s*(j+1)/n)` of its `s` planes.
-fn planes(s: usize, j: usize, n: usize) -> (usize, usize) {
+pub(super) fn planes(s: usize, j: usize, n: usize) -> (usize, usize) {
     (s * j / n, s * (j + 1) / n)
 }
 
@@ -197,19 +263,8 @@ impl<B: Backend> Batched<B> {
             elem,
             send: b.zeros(sent * elem)?,
             out,
-            can_put,
-            via: CommBackend::Nccl,
+            route: Route::new(can_put),
         }))
-    }
-
-    /// Whether puts can move the batches (the result is symmetric: `nvshmem` in the backends).
-    pub fn can_put(&self) -> bool {
-        self.can_put
-    }
-
-    /// Moves the batches by NCCL's all-to-all or, where [`Batched::can_put`], by puts.
-    pub fn set_via(&mut self, via: CommBackend) {
-        self.via = if self.can_put { via } else { CommBackend::Nccl };
     }
 
     /// Runs the first phase from `work` into `after1` and the transpose, batch by batch;
@@ -222,11 +277,8 @@ impl<B: Backend> Batched<B> {
         after1: &mut B::Buf,
     ) -> Result<&B::Buf> {
         let (send, out, elem) = (&mut self.send, &mut self.out, self.elem);
-        let puts = self.via == CommBackend::Nvshmem;
-        if puts {
-            // Every peer is done reading its result of the last run before puts overwrite it.
-            b.put_barrier()?;
-        }
+        let puts = self.route.puts();
+        self.route.start(b)?;
         let mut last = None;
         for batch in &self.batches {
             if batch.phase.shape[0] > 0 {
@@ -240,13 +292,7 @@ impl<B: Backend> Batched<B> {
             let after1 = &*after1;
             last = Some(if puts {
                 b.copy_runs(after1, out, &batch.own, elem);
-                let out = &*out;
-                b.side(&mut || {
-                    batch
-                        .puts
-                        .iter()
-                        .try_for_each(|p| b.put((after1, p.src), (out, p.dst), p.rows, p.peer))
-                })?
+                put_batch(b, after1, out, &batch.puts)?
             } else {
                 b.side(&mut || {
                     b.copy_runs(after1, send, &batch.pack, elem);
@@ -255,13 +301,7 @@ impl<B: Backend> Batched<B> {
                 })?
             });
         }
-        if let Some(mark) = &last {
-            b.wait(mark)?;
-        }
-        if puts {
-            // Every peer's puts have landed.
-            b.put_barrier()?;
-        }
+        self.route.finish(b, last)?;
         Ok(&self.out)
     }
 }

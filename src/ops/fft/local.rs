@@ -35,9 +35,27 @@ pub struct Phase {
     pub ops: Vec<AxisOp>,
     /// Multiply the result by this, if any.
     pub scale: Option<f64>,
+    /// Only rows `lo..hi` of axis 1 are transformed, the rest of the output left as it is (one
+    /// batch of a phase split by rows: see [`Phase::on_rows`]).
+    pub rows: Option<(usize, usize)>,
 }
 
 impl Phase {
+    /// This phase on rows `lo..hi` of axis 1 only; None unless every transform runs along axis
+    /// 0 and nothing is scaled (the rows are then independent of each other).
+    pub fn on_rows(&self, lo: usize, hi: usize) -> Option<Phase> {
+        let along_0 = self
+            .ops
+            .iter()
+            .all(|o| matches!(o, AxisOp::C2c { axis: 0, .. }));
+        (along_0 && self.scale.is_none() && self.shape.len() >= 2 && hi <= self.shape[1]).then(
+            || Phase {
+                rows: Some((lo, hi)),
+                ..self.clone()
+            },
+        )
+    }
+
     /// Bytes the phase reads and writes, for complex values of `complex_size` bytes (an r2c
     /// reads reals, a c2r writes them).
     pub fn bytes(&self, complex_size: usize) -> (usize, usize) {
@@ -90,6 +108,9 @@ fn write<T: Copy>(values: &[T], out: &mut [u8]) {
 
 /// Runs a phase on `input` (bytes of the entering piece) into `output`, in precision `T`.
 pub fn run_phase<T: FftNum + Default>(phase: &Phase, input: &[u8], output: &mut [u8]) {
+    if let Some(rows) = phase.rows {
+        return run_on_rows::<T>(phase, rows, input, output);
+    }
     let mut shape = phase.shape.clone();
     let last = shape.len() - 1;
     let mut real: Option<Vec<T>> = None;
@@ -127,6 +148,42 @@ pub fn run_phase<T: FftNum + Default>(phase: &Phase, input: &[u8], output: &mut 
             }
             write(&data, output);
         }
+    }
+}
+
+/// A phase of axis-0 transforms on rows `lo..hi` of axis 1: those rows of every plane are
+/// gathered, transformed and written back in place of the same rows of `output`.
+fn run_on_rows<T: FftNum + Default>(
+    phase: &Phase,
+    (lo, hi): (usize, usize),
+    input: &[u8],
+    output: &mut [u8],
+) {
+    let (planes, rows) = (phase.shape[0], phase.shape[1]);
+    let rest: usize = phase.shape[2..].iter().product();
+    let size = std::mem::size_of::<Complex<T>>();
+    let (run, pitch, first) = (
+        (hi - lo) * rest * size,
+        rows * rest * size,
+        lo * rest * size,
+    );
+    let mut block: Vec<Complex<T>> = (0..planes)
+        .flat_map(|x| read::<Complex<T>>(&input[first + x * pitch..][..run]))
+        .collect();
+    let mut shape = phase.shape.clone();
+    shape[1] = hi - lo;
+    for op in &phase.ops {
+        if let AxisOp::C2c { axis, inverse } = *op {
+            c2c_axis(&mut block, &shape, axis, inverse);
+        }
+    }
+    let per_plane = (hi - lo) * rest;
+    for x in 0..planes {
+        let at = first + x * pitch;
+        write(
+            &block[x * per_plane..][..per_plane],
+            &mut output[at..at + run],
+        );
     }
 }
 
@@ -223,6 +280,7 @@ mod tests {
             shape: vec![2, 3, 8],
             ops: vec![AxisOp::R2c],
             scale: None,
+            rows: None,
         };
         // c64: reals of 4 bytes in (2*3*8), complex of 8 out (2*3*5).
         assert_eq!(r2c.bytes(8), (192, 240));
@@ -230,6 +288,7 @@ mod tests {
             shape: vec![4, 5],
             ops: vec![AxisOp::C2r { n: 9 }],
             scale: None,
+            rows: None,
         };
         assert_eq!(c2r.bytes(16), (320, 288));
     }
@@ -278,6 +337,7 @@ mod tests {
                 },
             ],
             scale: None,
+            rows: None,
         };
         let mut out = vec![0u8; r * c * 16];
         run_phase::<f64>(&phase, &bytes(&x), &mut out);
@@ -285,6 +345,31 @@ mod tests {
         for (g, w) in got.iter().zip(dft2(&x, r, c)) {
             assert!((g - w).norm() < 1e-9, "{g} vs {w}");
         }
+    }
+
+    #[test]
+    fn a_phase_split_by_rows_equals_the_whole_phase() {
+        let shape = vec![6, 5, 3];
+        let n: usize = shape.iter().product();
+        let x: Vec<Complex<f64>> = (0..n)
+            .map(|i| Complex::new((i % 7) as f64 - 3.0, (i % 4) as f64))
+            .collect();
+        let whole = Phase {
+            shape,
+            ops: vec![AxisOp::C2c {
+                axis: 0,
+                inverse: true,
+            }],
+            scale: None,
+            rows: None,
+        };
+        let mut want = vec![0u8; n * 16];
+        run_phase::<f64>(&whole, &bytes(&x), &mut want);
+        let mut got = vec![0u8; n * 16];
+        for (lo, hi) in [(0, 2), (2, 3), (3, 5)] {
+            run_phase::<f64>(&whole.on_rows(lo, hi).unwrap(), &bytes(&x), &mut got);
+        }
+        assert_eq!(got, want);
     }
 
     #[test]
@@ -297,6 +382,7 @@ mod tests {
             shape: vec![r, n],
             ops: vec![AxisOp::R2c],
             scale: None,
+            rows: None,
         };
         let mut spec = vec![0u8; r * (n / 2 + 1) * 16];
         run_phase::<f64>(&fwd, &xb, &mut spec);
@@ -304,6 +390,7 @@ mod tests {
             shape: vec![r, n / 2 + 1],
             ops: vec![AxisOp::C2r { n }],
             scale: Some(1.0 / n as f64),
+            rows: None,
         };
         assert_eq!(inv.out_shape(), [r, n]);
         let mut back = vec![0u8; x.len() * 8];

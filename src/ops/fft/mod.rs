@@ -5,6 +5,7 @@
 //! moves to the output's distribution and layout (the input's slab with `reshape = true`, boxes
 //! for pencils). r2c transforms the last axis first, c2r last, so that it is whole when they run.
 
+mod back;
 mod batched;
 pub mod check;
 pub mod local;
@@ -17,6 +18,7 @@ use crate::spec::model::CommBackend;
 use crate::spec::step::{Fft, FftDirection, FftKind, FftNorm};
 use crate::spec::tensor::{Axis, DType, Distribution, Layout};
 use anyhow::Result;
+use back::BatchedBack;
 use batched::Batched;
 use local::{AxisOp, Phase};
 
@@ -63,17 +65,23 @@ fn middle(step: &Fft, input: &TensorState, out: &TensorState, s0: usize) -> Tens
     }
 }
 
-/// Symmetric-heap bytes an FFT from `input` to `out` takes where puts move its transpose (see
-/// [`batched`]): the largest y-slab piece over `ranks` when it works from x-slabs.
+/// Symmetric-heap bytes an FFT from `input` to `out` takes where puts move its transposes (see
+/// [`batched`] and [`back`]): when it works from x-slabs, the largest y-slab piece over `ranks`,
+/// and the largest x-slab piece too when the result goes back to x-slabs.
 pub fn symmetric_room(step: &Fft, input: &TensorState, out: &TensorState, ranks: usize) -> usize {
     let nd = input.shape.len();
-    match working_slab(step.kind, nd, &input.dist) {
-        0 if ranks > 1 => {
-            let m = middle(step, input, out, 0);
-            batched::put_room(&m.shape, m.dtype.size() as usize, ranks)
-        }
-        _ => 0,
+    if ranks < 2 || working_slab(step.kind, nd, &input.dist) != 0 {
+        return 0;
     }
+    let m = middle(step, input, out, 0);
+    let elem = m.dtype.size() as usize;
+    let back = step.kind != FftKind::C2r && out.dist == slab(0) && out.layout == Layout::C;
+    batched::put_room(&m.shape, elem, ranks)
+        + if back {
+            back::back_room(&m.shape, elem, ranks)
+        } else {
+            0
+        }
 }
 
 /// The move from the first phase's slab to the second's.
@@ -93,7 +101,17 @@ pub struct PreparedFft<B: Backend> {
     transpose: Transpose<B>,
     phase2: Phase,
     after2: B::Buf,
-    to_out: Option<Staged<B>>,
+    back: Back<B>,
+}
+
+/// The move from the second phase's slab to the result's distribution.
+enum Back<B: Backend> {
+    /// The result is the second phase's output.
+    None,
+    /// After the whole second phase, in one movement.
+    Whole(Box<Staged<B>>),
+    /// Batch by batch of rows, overlapping the second phase (y-slabs back to x-slabs).
+    Batched(BatchedBack<B>),
 }
 
 impl<B: Backend> PreparedFft<B> {
@@ -137,10 +155,25 @@ impl<B: Backend> PreparedFft<B> {
             }
             ops1.push(AxisOp::C2c { axis, inverse });
         }
+        // The norm's scale: with the second phase, unless that phase is to run row batch by
+        // row batch on the way back to x-slabs (then with the first: the FFT is linear).
+        let real_shape = if step.kind == FftKind::C2r {
+            &out.shape
+        } else {
+            &input.shape
+        };
+        let n: f64 = real_shape.iter().map(|&x| x as f64).product();
+        let s = Some(scale(step.norm, step.direction, n)).filter(|&s| s != 1.0);
+        let back_by_rows = ranks > 1
+            && s0 == 0
+            && step.kind != FftKind::C2r
+            && out.dist == slab(0)
+            && out.layout == Layout::C;
         let phase1 = Phase {
             shape: local_shape(&work_in),
             ops: ops1,
-            scale: None,
+            scale: s.filter(|_| back_by_rows),
+            rows: None,
         };
         let after1 = b.zeros(local_bytes(&middle, ranks, rank))?;
         let transposed = TensorState {
@@ -165,17 +198,11 @@ impl<B: Backend> PreparedFft<B> {
                 n: out.shape[last] as usize,
             });
         }
-        let real_shape = if step.kind == FftKind::C2r {
-            &out.shape
-        } else {
-            &input.shape
-        };
-        let n: f64 = real_shape.iter().map(|&x| x as f64).product();
-        let s = scale(step.norm, step.direction, n);
         let phase2 = Phase {
             shape: local_shape(&transposed),
             ops: ops2,
-            scale: (s != 1.0).then_some(s),
+            scale: s.filter(|_| !back_by_rows),
+            rows: None,
         };
         let natural = TensorState {
             dist: slab(s1),
@@ -183,11 +210,13 @@ impl<B: Backend> PreparedFft<B> {
             ..out.clone()
         };
         let after2 = b.zeros(local_bytes(&natural, ranks, rank))?;
-        let to_out = if natural == *out {
-            None
+        let back = if natural == *out {
+            Back::None
+        } else if let Some(p) = BatchedBack::new(b, &natural, out, &phase2)? {
+            Back::Batched(p)
         } else {
             let m = Movement::new(&natural, out, ranks, rank);
-            Some(Staged::new(b, m, local_bytes(out, ranks, rank))?)
+            Back::Whole(Box::new(Staged::new(b, m, local_bytes(out, ranks, rank))?))
         };
         Ok(PreparedFft {
             precision,
@@ -197,19 +226,23 @@ impl<B: Backend> PreparedFft<B> {
             transpose,
             phase2,
             after2,
-            to_out,
+            back,
         })
     }
 
-    /// Whether the transpose can move by NVSHMEM puts (see [`PreparedFft::set_via`]).
+    /// Whether the transposes can move by NVSHMEM puts (see [`PreparedFft::set_via`]).
     pub fn can_put(&self) -> bool {
-        matches!(&self.transpose, Transpose::Batched(p) if p.can_put())
+        matches!(&self.transpose, Transpose::Batched(p) if p.route.can_put())
+            || matches!(&self.back, Back::Batched(p) if p.route.can_put())
     }
 
-    /// Moves the transpose by NCCL or, where [`PreparedFft::can_put`], by puts.
+    /// Moves the transposes by NCCL or, where [`PreparedFft::can_put`], by puts.
     pub fn set_via(&mut self, via: CommBackend) {
         if let Transpose::Batched(p) = &mut self.transpose {
-            p.set_via(via);
+            p.route.set(via);
+        }
+        if let Back::Batched(p) = &mut self.back {
+            p.route.set(via);
         }
     }
 
@@ -231,23 +264,31 @@ impl<B: Backend> PreparedFft<B> {
             }
             Transpose::Batched(p) => p.run(b, self.precision, work, &mut self.after1)?,
         };
-        b.fft(
-            self.precision,
-            &self.phase2,
-            (moved, 0),
-            (&mut self.after2, 0),
-        )?;
-        if let Some(staged) = &mut self.to_out {
-            staged.run(b, &self.after2)?;
+        match &mut self.back {
+            Back::Batched(p) => {
+                p.run(b, self.precision, moved, &mut self.after2)?;
+            }
+            back => {
+                b.fft(
+                    self.precision,
+                    &self.phase2,
+                    (moved, 0),
+                    (&mut self.after2, 0),
+                )?;
+                if let Back::Whole(staged) = back {
+                    staged.run(b, &self.after2)?;
+                }
+            }
         }
         Ok(())
     }
 
     /// The result of the last run.
     pub fn into_output(self) -> B::Buf {
-        match self.to_out {
-            Some(staged) => staged.out,
-            None => self.after2,
+        match self.back {
+            Back::None => self.after2,
+            Back::Whole(staged) => staged.out,
+            Back::Batched(p) => p.out,
         }
     }
 }
@@ -269,14 +310,20 @@ mod tests {
         let x = Distribution::Slab(Axis::Index(0));
         let y = Distribution::Slab(Axis::Index(1));
         let c = state(&[30, 27, 33], DType::C64, Layout::C, x.clone());
-        // 27 rows over 4 ranks: 7, 7, 7, 6; every rank reserves the largest.
-        assert_eq!(symmetric_room(&fft("c2c"), &c, &c, 4), 30 * 7 * 33 * 8);
+        let c_y = state(&[30, 27, 33], DType::C64, Layout::C, y.clone());
+        // 27 rows over 4 ranks: 7, 7, 7, 6; every rank reserves the largest. Left in y-slabs
+        // (reshape = false) that is all; back in x-slabs also the largest of 8, 8, 7, 7 planes.
+        assert_eq!(symmetric_room(&fft("c2c"), &c, &c_y, 4), 30 * 7 * 33 * 8);
+        assert_eq!(
+            symmetric_room(&fft("c2c"), &c, &c, 4),
+            30 * 7 * 33 * 8 + 8 * 27 * 33 * 8
+        );
         // r2c: the complex half-spectrum (33 -> 17) in single precision.
         let real = state(&[30, 27, 33], DType::F32, Layout::C, x.clone());
         let half = state(&[30, 27, 17], DType::C64, Layout::C, x);
         assert_eq!(
             symmetric_room(&fft("r2c"), &real, &half, 4),
-            30 * 7 * 17 * 8
+            30 * 7 * 17 * 8 + 8 * 27 * 17 * 8
         );
         // From y-slabs the transpose is not batched; one rank moves nothing.
         let from_y = state(&[30, 27, 33], DType::C128, Layout::C, y);

@@ -1,0 +1,227 @@
+//! The way back to x-slabs after a slab FFT's second phase (`reshape = true`), batch by batch of
+//! y-rows: the second phase (along x, independent for each row) runs on one batch of this
+//! rank's rows, then that batch moves to the x-slab owners on the side queue
+//! ([`Backend::side`]), so the move of each batch overlaps the next batch's FFT.
+//!
+//! The y-slab piece is `[X, s1, rest]` in C order. Rows `lo..hi` of it, for the planes of rank
+//! q's x-slab, land in q's piece `[s0_q, n1, rest]` at rows `y0 + lo..y0 + hi`: one run per
+//! plane. Every rank splits its own rows into the same number of batches, so each side of a pair
+//! knows the other's batch bounds. A batch moves by an all-to-all (NCCL: packed, then unpacked
+//! into the result), or, where the result is symmetric, by one strided put per peer (the copy
+//! engines); the step's trial runs choose ([`Route`]).
+
+use super::batched::{BATCHES, Put, Route, planes, put_batch, split};
+use super::local::Phase;
+use crate::backend::{Backend, Rows};
+use crate::ops::exchange::Run;
+use crate::plan::TensorState;
+use crate::runtime::comm::Parts;
+use crate::spec::tensor::{Axis, DType, Distribution, Layout};
+use anyhow::Result;
+
+/// One batch of rows: its second-phase FFT and its share of the move, ready to go either way.
+struct Batch {
+    /// The second phase on this batch's rows (None for a rank with none).
+    phase: Option<Phase>,
+    /// The rank's own part, straight into the result.
+    own: Vec<Run>,
+    /// By NCCL: packing, the all-to-all (elements to and from each rank in the send and receive
+    /// buffers), unpacking into the result.
+    pack: Vec<Run>,
+    to: Parts,
+    from: Parts,
+    unpack: Vec<Run>,
+    /// By puts from the second phase's output into each peer's result (where it is symmetric).
+    puts: Vec<Put>,
+}
+
+/// The batched way back of one rank.
+pub struct BatchedBack<B: Backend> {
+    batches: Vec<Batch>,
+    elem: usize,
+    send: B::Buf,
+    recv: B::Buf,
+    /// The x-slab piece the move fills (symmetric where puts can fill it: as large as the
+    /// largest).
+    pub out: B::Buf,
+    /// How the batches move.
+    pub route: Route,
+}
+
+fn slab(axis: u8) -> Distribution {
+    Distribution::Slab(Axis::Index(axis))
+}
+
+/// The symmetric bytes the way back takes by puts for an FFT whose complex result has
+/// `shape`: the largest x-slab piece over the ranks.
+pub fn back_room(shape: &[u64], elem: usize, ranks: usize) -> usize {
+    if shape.len() < 2 {
+        return 0;
+    }
+    let plane: u64 = shape.iter().skip(1).product();
+    let planes = split(shape[0] as usize, ranks)
+        .iter()
+        .map(|x| x.1)
+        .max()
+        .unwrap_or(0);
+    planes * plane as usize * elem
+}
+
+impl<B: Backend> BatchedBack<B> {
+    /// The batched way from `natural` (the complex y-slab result of `phase2`, which must have
+    /// no scale) to `out` (the same tensor in x-slabs, C order); None where it does not apply
+    /// (one rank, other states, a second phase that is not along x alone, or rows cuFFT would
+    /// find misaligned).
+    pub fn new(
+        b: &B,
+        natural: &TensorState,
+        out: &TensorState,
+        phase2: &Phase,
+    ) -> Result<Option<Self>> {
+        let (ranks, me) = (b.ranks(), b.rank());
+        let wanted = TensorState {
+            dist: slab(0),
+            layout: Layout::C,
+            ..natural.clone()
+        };
+        let complex = matches!(natural.dtype, DType::C64 | DType::C128);
+        // A second phase that splits by rows: transforms along x only, no scale.
+        if ranks < 2
+            || natural.dist != slab(1)
+            || natural.layout != Layout::C
+            || *out != wanted
+            || !complex
+            || phase2.on_rows(0, 0).is_none()
+        {
+            return Ok(None);
+        }
+        let shape: Vec<usize> = natural.shape.iter().map(|&n| n as usize).collect();
+        let (n1, rest) = (shape[1], shape[2..].iter().product::<usize>());
+        let elem = natural.dtype.size() as usize;
+        if !(rest * elem).is_multiple_of(16) {
+            return Ok(None);
+        }
+        let (xs, ys) = (split(shape[0], ranks), split(n1, ranks));
+        let n = ys.iter().map(|y| y.1).min().unwrap_or(0).clamp(1, BATCHES);
+        let symmetric = b.symmetric(back_room(&natural.shape, elem, ranks))?;
+        let can_put = symmetric.is_some();
+        let (s1, y0) = (ys[me].1, ys[me].0);
+        let (mut most_sent, mut most_received) = (0, 0);
+        let batches: Vec<Batch> = (0..n)
+            .map(|k| {
+                let (lo, hi) = planes(s1, k, n);
+                let run = |src, dst, rows: usize| Run {
+                    src,
+                    dst,
+                    count: rows * rest,
+                    src_stride: 1,
+                    dst_stride: 1,
+                };
+                let mut batch = Batch {
+                    phase: (hi > lo).then(|| phase2.on_rows(lo, hi)).flatten(),
+                    own: Vec::new(),
+                    pack: Vec::new(),
+                    to: Parts::packed(&vec![0; ranks]),
+                    from: Parts::packed(&vec![0; ranks]),
+                    unpack: Vec::new(),
+                    puts: Vec::new(),
+                };
+                let (mut sent, mut received) = (0, 0);
+                // Peers in ring order from this rank (puts start as a permutation).
+                for q in (0..ranks).map(|i| (me + i) % ranks) {
+                    let (x0, planes_q) = xs[q];
+                    let src = |x: usize| (x * s1 + lo) * rest;
+                    if q == me {
+                        batch.own = (x0..x0 + planes_q)
+                            .map(|x| run(src(x), ((x - x0) * n1 + y0 + lo) * rest, hi - lo))
+                            .collect();
+                        continue;
+                    }
+                    if can_put && hi > lo {
+                        batch.puts.push(Put {
+                            peer: q,
+                            src: src(x0) * elem,
+                            dst: (y0 + lo) * rest * elem,
+                            rows: Rows {
+                                width: (hi - lo) * rest * elem,
+                                height: planes_q,
+                                src_pitch: s1 * rest * elem,
+                                dst_pitch: n1 * rest * elem,
+                            },
+                        });
+                    }
+                    // To q: its planes of this batch's rows, plane after plane.
+                    let line = (hi - lo) * rest;
+                    batch
+                        .pack
+                        .extend((0..planes_q).map(|i| run(src(x0 + i), sent + i * line, hi - lo)));
+                    (batch.to.counts[q], batch.to.displs[q]) = (planes_q * line, sent);
+                    sent += planes_q * line;
+                    // From q: this rank's planes of q's batch rows, into q's rows here.
+                    let (qlo, qhi) = planes(ys[q].1, k, n);
+                    let line = (qhi - qlo) * rest;
+                    let my_planes = xs[me].1;
+                    batch.unpack.extend((0..my_planes).map(|x| {
+                        run(
+                            received + x * line,
+                            (x * n1 + ys[q].0 + qlo) * rest,
+                            qhi - qlo,
+                        )
+                    }));
+                    (batch.from.counts[q], batch.from.displs[q]) = (my_planes * line, received);
+                    received += my_planes * line;
+                }
+                most_sent = most_sent.max(sent);
+                most_received = most_received.max(received);
+                batch
+            })
+            .collect();
+        let out = match symmetric {
+            Some(out) => out,
+            None => b.zeros(xs[me].1 * n1 * rest * elem)?,
+        };
+        Ok(Some(BatchedBack {
+            batches,
+            elem,
+            send: b.zeros(most_sent * elem)?,
+            recv: b.zeros(most_received * elem)?,
+            out,
+            route: Route::new(can_put),
+        }))
+    }
+
+    /// Runs the second phase from `moved` into `after2` and the way back, batch by batch;
+    /// returns the x-slab piece.
+    pub fn run(
+        &mut self,
+        b: &B,
+        precision: DType,
+        moved: &B::Buf,
+        after2: &mut B::Buf,
+    ) -> Result<&B::Buf> {
+        let (send, recv, out, elem) = (&mut self.send, &mut self.recv, &mut self.out, self.elem);
+        let puts = self.route.puts();
+        self.route.start(b)?;
+        let mut last = None;
+        for batch in &self.batches {
+            if let Some(phase) = &batch.phase {
+                b.fft(precision, phase, (moved, 0), (&mut *after2, 0))?;
+            }
+            let after2 = &*after2;
+            last = Some(if puts {
+                b.copy_runs(after2, out, &batch.own, elem);
+                put_batch(b, after2, out, &batch.puts)?
+            } else {
+                b.side(&mut || {
+                    b.copy_runs(after2, out, &batch.own, elem);
+                    b.copy_runs(after2, send, &batch.pack, elem);
+                    b.all_to_all_v(send, &batch.to, recv, &batch.from, elem)?;
+                    b.copy_runs(recv, out, &batch.unpack, elem);
+                    Ok(())
+                })?
+            });
+        }
+        self.route.finish(b, last)?;
+        Ok(&self.out)
+    }
+}
