@@ -263,12 +263,11 @@ fn execute<B: Backend>(
     } else {
         None
     };
-    for (name, t) in &plan.tensors {
-        let Some((state, buf)) = tensors.remove(name) else {
-            continue;
-        };
-        let place = heap_place(b, arena.as_ref(), t, b.len(&buf))?;
-        tensors.insert(name.clone(), (state, settle(b, place, buf)));
+    for (name, t) in plan.tensors.iter().filter(|_| arena.is_some()) {
+        if let Some((state, buf)) = tensors.remove(name) {
+            let place = heap_place(b, arena.as_ref(), t, b.len(&buf))?;
+            tensors.insert(name.clone(), (state, settle(b, place, buf)));
+        }
     }
     let source = expect::Source {
         spec,
@@ -492,13 +491,7 @@ fn settle<B: Backend>(b: &B, place: Option<B::Buf>, buf: B::Buf) -> B::Buf {
     let Some(mut place) = place else {
         return buf;
     };
-    let all = crate::ops::exchange::Run {
-        src: 0,
-        dst: 0,
-        count: b.len(&buf),
-        src_stride: 1,
-        dst_stride: 1,
-    };
+    let all = crate::ops::exchange::Run::contiguous(0, 0, b.len(&buf));
     b.copy_runs(&buf, &mut place, &[all], 1);
     place
 }

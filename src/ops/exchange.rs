@@ -22,6 +22,19 @@ pub struct Run {
     pub dst_stride: usize,
 }
 
+impl Run {
+    /// `count` consecutive elements from `src` to `dst`.
+    pub fn contiguous(src: usize, dst: usize, count: usize) -> Self {
+        Run {
+            src,
+            dst,
+            count,
+            src_stride: 1,
+            dst_stride: 1,
+        }
+    }
+}
+
 /// One side of an exchange: a tensor's distribution and layout over its global shape.
 #[derive(Debug, Clone, Copy)]
 pub struct Side<'a> {

@@ -173,13 +173,11 @@ impl Movement {
         }
         // The own part: as the exchange would have carried it, or by its local runs.
         if self.own_in_exchange {
-            let own = exchange::Run {
-                src: self.to.displs[me],
-                dst: self.from.displs[me],
-                count: self.to.counts[me],
-                src_stride: 1,
-                dst_stride: 1,
-            };
+            let own = exchange::Run::contiguous(
+                self.to.displs[me],
+                self.from.displs[me],
+                self.to.counts[me],
+            );
             b.copy_runs(source, out, &[own], elem);
         } else {
             b.copy_runs(src, out, &ex.local, elem);
@@ -436,13 +434,7 @@ impl<B: Backend> Prepared<B> {
                 let row = send.iter().chain(recv).copied().max().unwrap_or(0);
                 let staged = &mut self.scratch[0];
                 let copies: Vec<exchange::Run> = (0..send.iter().filter(|&&c| c > 0).count())
-                    .map(|k| exchange::Run {
-                        src: 0,
-                        dst: k * row,
-                        count: row,
-                        src_stride: 1,
-                        dst_stride: 1,
-                    })
+                    .map(|k| exchange::Run::contiguous(0, k * row, row))
                     .collect();
                 b.copy_runs(input, staged, &copies, elem);
                 b.all_to_all_v(
@@ -457,13 +449,7 @@ impl<B: Backend> Prepared<B> {
                     b.copy_runs(
                         input,
                         &mut self.out,
-                        &[exchange::Run {
-                            src: 0,
-                            dst: 0,
-                            count: n,
-                            src_stride: 1,
-                            dst_stride: 1,
-                        }],
+                        &[exchange::Run::contiguous(0, 0, n)],
                         elem,
                     );
                 }

@@ -10,13 +10,14 @@
 //! into the result), or, where the result is symmetric, by one strided put per peer (the copy
 //! engines); the step's trial runs choose ([`Route`]).
 
-use super::batched::{BATCHES, Put, Route, planes, put_batch, split};
+use super::batched::{BATCHES, Put, Route, planes, put_batch, slab_room, split};
 use super::local::Phase;
+use super::slab;
 use crate::backend::{Backend, Rows};
 use crate::ops::exchange::Run;
 use crate::plan::TensorState;
 use crate::runtime::comm::Parts;
-use crate::spec::tensor::{Axis, DType, Distribution, Layout};
+use crate::spec::tensor::{DType, Layout};
 use anyhow::Result;
 
 /// One batch of rows: its second-phase FFT and its share of the move, ready to go either way.
@@ -46,25 +47,6 @@ pub struct BatchedBack<B: Backend> {
     pub out: B::Buf,
     /// How the batches move.
     pub route: Route,
-}
-
-fn slab(axis: u8) -> Distribution {
-    Distribution::Slab(Axis::Index(axis))
-}
-
-/// The symmetric bytes the way back takes by puts for an FFT whose complex result has
-/// `shape`: the largest x-slab piece over the ranks.
-pub fn back_room(shape: &[u64], elem: usize, ranks: usize) -> usize {
-    if shape.len() < 2 {
-        return 0;
-    }
-    let plane: u64 = shape.iter().skip(1).product();
-    let planes = split(shape[0] as usize, ranks)
-        .iter()
-        .map(|x| x.1)
-        .max()
-        .unwrap_or(0);
-    planes * plane as usize * elem
 }
 
 impl<B: Backend> BatchedBack<B> {
@@ -103,20 +85,14 @@ impl<B: Backend> BatchedBack<B> {
         }
         let (xs, ys) = (split(shape[0], ranks), split(n1, ranks));
         let n = ys.iter().map(|y| y.1).min().unwrap_or(0).clamp(1, BATCHES);
-        let symmetric = b.symmetric(back_room(&natural.shape, elem, ranks))?;
+        let symmetric = b.symmetric(slab_room(&natural.shape, elem, ranks, 0))?;
         let can_put = symmetric.is_some();
         let (s1, y0) = (ys[me].1, ys[me].0);
         let (mut most_sent, mut most_received) = (0, 0);
         let batches: Vec<Batch> = (0..n)
             .map(|k| {
                 let (lo, hi) = planes(s1, k, n);
-                let run = |src, dst, rows: usize| Run {
-                    src,
-                    dst,
-                    count: rows * rest,
-                    src_stride: 1,
-                    dst_stride: 1,
-                };
+                let run = |src, dst, rows: usize| Run::contiguous(src, dst, rows * rest);
                 let mut batch = Batch {
                     phase: (hi > lo).then(|| phase2.on_rows(lo, hi)).flatten(),
                     own: Vec::new(),

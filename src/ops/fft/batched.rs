@@ -142,19 +142,22 @@ pub(super) fn split(n: usize, ranks: usize) -> Vec<(usize, usize)> {
         .collect()
 }
 
-/// The symmetric bytes a batched transpose with puts takes for an FFT whose complex middle
-/// state is `middle` (x-slabs): the largest y-slab piece over the ranks.
-pub fn put_room(middle_shape: &[u64], elem: usize, ranks: usize) -> usize {
-    if middle_shape.len() < 2 {
+/// Bytes of the largest piece over `ranks` of a tensor of `shape` in slabs along `axis`: what
+/// every rank reserves on the symmetric heap for a slab that puts fill.
+pub fn slab_room(shape: &[u64], elem: usize, ranks: usize, axis: usize) -> usize {
+    if shape.len() < 2 {
         return 0;
     }
-    let rest: u64 = middle_shape.iter().skip(2).product();
-    let rows = split(middle_shape[1] as usize, ranks)
+    let largest = split(shape[axis] as usize, ranks)
         .iter()
-        .map(|y| y.1)
+        .map(|s| s.1)
         .max()
         .unwrap_or(0);
-    middle_shape[0] as usize * rows * rest as usize * elem
+    let others: u64 = (0..shape.len())
+        .filter(|&a| a != axis)
+        .map(|a| shape[a])
+        .product();
+    largest * others as usize * elem
 }
 
 /// Rank r's planes of batch j: `[s*j/n, s*(j+1)/n)` of its `s` planes.
@@ -188,7 +191,7 @@ impl<B: Backend> Batched<B> {
         if !(in_plane * in_elem).is_multiple_of(16) || !(n1 * inner * elem).is_multiple_of(16) {
             return Ok(None);
         }
-        let symmetric = b.symmetric(put_room(&middle.shape, elem, ranks))?;
+        let symmetric = b.symmetric(slab_room(&middle.shape, elem, ranks, 1))?;
         let can_put = symmetric.is_some();
         // The send buffer holds each peer's part whole, peers in rank order (not this rank).
         let mut displ = vec![0; ranks];
@@ -208,13 +211,7 @@ impl<B: Backend> Batched<B> {
                 // every rank putting to rank 0 first, which measured far slower on 4 GPUs).
                 for q in (0..ranks).map(|k| (me + k) % ranks) {
                     let line = ys[q].1 * inner;
-                    let run = |src, dst| Run {
-                        src,
-                        dst,
-                        count: line,
-                        src_stride: 1,
-                        dst_stride: 1,
-                    };
+                    let run = |src, dst| Run::contiguous(src, dst, line);
                     let src = |x: usize| x * n1 * inner + ys[q].0 * inner;
                     if q == me {
                         own.extend((lo..hi).map(|x| run(src(x), (xs[me].0 + x) * line)));

@@ -75,13 +75,19 @@ pub fn symmetric_room(step: &Fft, input: &TensorState, out: &TensorState, ranks:
     }
     let m = middle(step, input, out, 0);
     let elem = m.dtype.size() as usize;
-    let back = step.kind != FftKind::C2r && out.dist == slab(0) && out.layout == Layout::C;
-    batched::put_room(&m.shape, elem, ranks)
-        + if back {
-            back::back_room(&m.shape, elem, ranks)
-        } else {
-            0
-        }
+    let back = if back_by_rows(step.kind, 0, out, ranks) {
+        batched::slab_room(&m.shape, elem, ranks, 0)
+    } else {
+        0
+    };
+    batched::slab_room(&m.shape, elem, ranks, 1) + back
+}
+
+/// Whether an FFT working from slab `s0` may return to x-slabs batch by batch of rows
+/// ([`back`]): its result wanted in x-slabs, C order, and a second phase along x alone (not a
+/// c2r's).
+fn back_by_rows(kind: FftKind, s0: usize, out: &TensorState, ranks: usize) -> bool {
+    ranks > 1 && s0 == 0 && kind != FftKind::C2r && out.dist == slab(0) && out.layout == Layout::C
 }
 
 /// The move from the first phase's slab to the second's.
@@ -164,11 +170,7 @@ impl<B: Backend> PreparedFft<B> {
         };
         let n: f64 = real_shape.iter().map(|&x| x as f64).product();
         let s = Some(scale(step.norm, step.direction, n)).filter(|&s| s != 1.0);
-        let back_by_rows = ranks > 1
-            && s0 == 0
-            && step.kind != FftKind::C2r
-            && out.dist == slab(0)
-            && out.layout == Layout::C;
+        let back_by_rows = back_by_rows(step.kind, s0, out, ranks as usize);
         let phase1 = Phase {
             shape: local_shape(&work_in),
             ops: ops1,

@@ -451,13 +451,7 @@ impl<B: Backend> PreparedMatmul<B> {
         if plain {
             // The product is the result: copy it as it is.
             let n = b.len(product) / dtype.size() as usize;
-            let all = [super::exchange::Run {
-                src: 0,
-                dst: 0,
-                count: n,
-                src_stride: 1,
-                dst_stride: 1,
-            }];
+            let all = [super::exchange::Run::contiguous(0, 0, n)];
             b.copy_runs(product, &mut self.natural, &all, dtype.size() as usize);
         } else {
             let add = epilog::Addends { c, bias };
