@@ -8,6 +8,60 @@ use crate::dist::Placement;
 use crate::plan::resolve::TensorState;
 use crate::spec::tensor::{Distribution, Layout};
 
+/// The global coordinates of one axis's local coordinates `0, 1, ...` (increasing).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Coords {
+    /// Consecutive: local `j` is global `start + j` (every distribution but block-cyclic; no
+    /// memory per element, however long the axis).
+    Range {
+        /// The global coordinate of local 0.
+        start: u64,
+        /// How many coordinates.
+        len: u64,
+    },
+    /// One global coordinate per local one (block-cyclic axes).
+    List(Vec<u64>),
+}
+
+impl Coords {
+    /// The coordinates of the `[lo, hi)` intervals, in order.
+    fn new(intervals: &[(u64, u64)]) -> Self {
+        match intervals {
+            [] => Coords::Range { start: 0, len: 0 },
+            [(lo, hi)] => Coords::Range {
+                start: *lo,
+                len: hi - lo,
+            },
+            _ => Coords::List(intervals.iter().flat_map(|&(lo, hi)| lo..hi).collect()),
+        }
+    }
+
+    /// The global coordinate of local `j`.
+    pub fn at(&self, j: u64) -> u64 {
+        match self {
+            Coords::Range { start, .. } => start + j,
+            Coords::List(list) => list[j as usize],
+        }
+    }
+
+    /// The runs of consecutive global coordinates: (first local, first global, length).
+    pub fn runs(&self) -> Vec<(u64, u64, u64)> {
+        match self {
+            Coords::Range { start, len } => vec![(0, *start, *len)],
+            Coords::List(list) => {
+                let mut out: Vec<(u64, u64, u64)> = Vec::new();
+                for (j, &g) in list.iter().enumerate() {
+                    match out.last_mut() {
+                        Some((_, g0, len)) if *g0 + *len == g => *len += 1,
+                        _ => out.push((j as u64, g, 1)),
+                    }
+                }
+                out
+            }
+        }
+    }
+}
+
 /// Where each local index of one rank's piece lies in the global tensor.
 #[derive(Debug, Clone)]
 pub struct IndexMap {
@@ -16,7 +70,7 @@ pub struct IndexMap {
     /// The local shape (`[1, *S]` for partial).
     pub local: Vec<u64>,
     /// Per axis: the global coordinate of each local coordinate (increasing).
-    pub coords: Vec<Vec<u64>>,
+    pub coords: Vec<Coords>,
     /// The local storage order.
     pub layout: Layout,
     /// C-order strides of `global`.
@@ -30,24 +84,17 @@ impl IndexMap {
     pub fn new(state: &TensorState, ranks: u64, rank: u64) -> Option<Self> {
         let placement = Placement::new(&state.dist, &state.shape, ranks);
         let mut local = placement.local_shape(rank)?;
-        let nd = local.len();
         // Every distribution maps each axis on its own, so one axis at a time suffices.
-        let mut coords: Vec<Vec<u64>> = (0..nd)
-            .map(|a| {
-                (0..local[a])
-                    .map(|j| {
-                        let mut l = vec![0; nd];
-                        l[a] = j;
-                        placement.to_global(rank, &l)[a]
-                    })
-                    .collect()
-            })
+        let mut coords: Vec<Coords> = placement
+            .intervals(rank)?
+            .iter()
+            .map(|intervals| Coords::new(intervals))
             .collect();
         let mut global = state.shape.clone();
         if state.dist == Distribution::Partial {
             global.insert(0, ranks);
             local.insert(0, 1);
-            coords.insert(0, vec![rank]);
+            coords.insert(0, Coords::Range { start: rank, len: 1 });
         }
         let mut strides = vec![1; global.len()];
         for a in (0..global.len().saturating_sub(1)).rev() {
@@ -93,7 +140,7 @@ impl IndexMap {
     pub fn global_linear(&self, idx: &[u64]) -> u64 {
         idx.iter()
             .enumerate()
-            .map(|(a, &j)| self.coords[a][j as usize] * self.strides[a])
+            .map(|(a, &j)| self.coords[a].at(j) * self.strides[a])
             .sum()
     }
 

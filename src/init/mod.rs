@@ -80,7 +80,7 @@ mod value;
 pub(crate) mod tests;
 
 pub use fill::generate;
-pub use index::IndexMap;
+pub use index::{Coords, IndexMap};
 pub use rng::{bits, key, splitmix64, std_normal, unit};
 pub use scalar::{Scalar, decode, encode};
 pub use value::{GenKind, Generator, GeneratorParts, init_value};

@@ -88,14 +88,14 @@ pub fn read_piece<R: Read + Seek>(
     let fstride = strides(&map.global, !fortran);
     let lstride = strides(&map.local, map.layout == crate::spec::tensor::Layout::C);
     let (outer, fast) = (&axes[..nd - 1], axes[nd - 1]);
-    let runs = runs(&map.coords[fast]);
+    let runs = map.coords[fast].runs();
     let mut idx = vec![0u64; nd];
     let mut pos = data_start;
     let mut buf = Vec::new();
     loop {
         let (mut fbase, mut lbase) = (0, 0);
         for &a in outer {
-            fbase += map.coords[a][idx[a] as usize] * fstride[a];
+            fbase += map.coords[a].at(idx[a]) * fstride[a];
             lbase += idx[a] * lstride[a];
         }
         for &(j0, g0, len) in &runs {
@@ -130,15 +130,3 @@ pub fn read_piece<R: Read + Seek>(
     }
 }
 
-/// The contiguous runs of increasing global coordinates `coords`: (first local index, first
-/// global index, length).
-fn runs(coords: &[u64]) -> Vec<(u64, u64, u64)> {
-    let mut out: Vec<(u64, u64, u64)> = Vec::new();
-    for (j, &g) in coords.iter().enumerate() {
-        match out.last_mut() {
-            Some((_, g0, len)) if *g0 + *len == g => *len += 1,
-            _ => out.push((j as u64, g, 1)),
-        }
-    }
-    out
-}

@@ -4,7 +4,8 @@
 //!
 //! The host packs the piece's [`IndexMap`] into one table of u64 (see [`table`]): per local axis,
 //! fastest varying first (so the layout is in the order of the axes), its extent and where its
-//! terms start, then per axis the term `coords[a][j] * strides[a]` of each local coordinate `j`.
+//! terms start, then per axis the term `coords[a][j] * strides[a]` of each local coordinate `j`
+//! (or, for consecutive coordinates, the first term and the stride).
 //! One thread per element (grid-stride loop) unravels its local offset over the axes, sums the
 //! terms into the C-order global index `i`, computes the value in f64 exactly as
 //! `init::Generator::value` does (separately rounded `__dadd_rn`/`__dmul_rn`/`__ddiv_rn`/
@@ -18,7 +19,7 @@
 //! Bit for bit with the host for every generated init. (Specs admit only finite parameters; a
 //! NaN that arithmetic makes from infinite ones could differ in its sign or payload bits.)
 
-use crate::init::{GenKind, Generator, IndexMap};
+use crate::init::{Coords, GenKind, Generator, IndexMap};
 use crate::spec::tensor::DType;
 use anyhow::{Result, anyhow};
 use cudarc::driver::{
@@ -34,6 +35,8 @@ typedef unsigned long long u64;
 typedef long long i64;
 
 #define GOLDEN 0x9E3779B97F4A7C15ULL
+/* Marks an axis whose terms are first + j * stride (two words) rather than listed. */
+#define RANGE 0x8000000000000000ULL
 
 enum { CONSTANT = 0, ARANGE = 1, UNIFORM = 2, NORMAL = 3 };
 enum { F16 = 0, BF16 = 1, F32 = 2, F64 = 3, C64 = 4, C128 = 5,
@@ -236,7 +239,13 @@ extern "C" __global__ void fill(unsigned char* out, u64 n, const u64* table, uns
                 u64 ext = table[ax];
                 u64 j = r % ext;
                 r /= ext;
-                i += table[table[nd + ax] + j];
+                u64 at = table[nd + ax];
+                if (at & RANGE) {
+                    at &= ~RANGE;
+                    i += table[at] + j * table[at + 1];
+                } else {
+                    i += table[at + j];
+                }
             }
             if (kind == ARANGE) {
                 re = __dadd_rn(a, __dmul_rn(b, __ull2double_rn(i)));
@@ -327,27 +336,39 @@ fn kind_params(kind: GenKind) -> (u32, f64, f64) {
 /// the local axes fastest varying first, then the terms: for each axis `a` in that order,
 /// `coords[a][j] * strides[a]` for every local `j`, so that the global index of local offset
 /// `k` is the sum over axes of the term at digit `j` of `k` in the mixed radix of the extents.
+/// An axis of consecutive coordinates stores two words instead, the first term and the stride,
+/// its offset marked with the top bit ([`RANGE`]): a slab of any length costs no table.
 /// Never empty (a 0-d piece gets one unused word: CUDA allocates no empty buffers).
 fn table(map: &IndexMap) -> Vec<u64> {
     let order = map.order();
     let nd = order.len();
-    let terms: u64 = order.iter().map(|&a| map.local[a]).sum();
-    let mut t = Vec::with_capacity(2 * nd + terms as usize + 1);
+    let words = |c: &Coords| match c {
+        Coords::Range { .. } => 2,
+        Coords::List(list) => list.len() as u64,
+    };
+    let mut t = Vec::with_capacity(2 * nd + 1);
     t.extend(order.iter().map(|&a| map.local[a]));
     let mut at = 2 * nd as u64;
     for &a in order {
-        t.push(at);
-        at += map.local[a];
+        let c = &map.coords[a];
+        t.push(if matches!(c, Coords::Range { .. }) { at | RANGE } else { at });
+        at += words(c);
     }
     for &a in order {
         let stride = map.strides()[a];
-        t.extend(map.coords[a].iter().map(|&c| c * stride));
+        match &map.coords[a] {
+            Coords::Range { start, .. } => t.extend([start * stride, stride]),
+            Coords::List(list) => t.extend(list.iter().map(|&c| c * stride)),
+        }
     }
     if t.is_empty() {
         t.push(0);
     }
     t
 }
+
+/// The top bit of a table offset: the axis's terms are a range (see [`table`]).
+const RANGE: u64 = 1 << 63;
 
 /// The fill kernel of the process's GPU context: compiled and loaded once, reloaded only if the
 /// stream belongs to another context.
@@ -460,8 +481,14 @@ mod tests {
     fn kernel_index(t: &[u64], nd: usize, k: u64) -> u64 {
         let (mut i, mut r) = (0, k);
         for ax in 0..nd {
-            let ext = t[ax];
-            i += t[(t[nd + ax] + r % ext) as usize];
+            let (ext, at) = (t[ax], t[nd + ax]);
+            let j = r % ext;
+            i += if at & RANGE != 0 {
+                let at = (at & !RANGE) as usize;
+                t[at] + j * t[at + 1]
+            } else {
+                t[(at + j) as usize]
+            };
             r /= ext;
         }
         i
@@ -473,7 +500,15 @@ mod tests {
             for map in maps(&shape, DType::F32) {
                 let t = table(&map);
                 let nd = map.order().len();
-                let terms: u64 = map.local.iter().sum();
+                // Only block-cyclic axes list their terms; the others take two words.
+                let terms: u64 = map
+                    .coords
+                    .iter()
+                    .map(|c| match c {
+                        Coords::Range { .. } => 2,
+                        Coords::List(list) => list.len() as u64,
+                    })
+                    .sum();
                 assert_eq!(t.len() as u64, 2 * nd as u64 + terms);
                 let mut idx = vec![0; nd];
                 for k in 0..map.len() {
@@ -485,6 +520,22 @@ mod tests {
                     map.advance(&mut idx);
                 }
             }
+        }
+    }
+
+    #[test]
+    fn long_slabs_and_partial_pieces_cost_a_few_words() {
+        // 2^31 elements per rank: listing them (as block-cyclic axes are) would take 16 GiB.
+        for dist in [Distribution::Slab(Axis::Index(0)), Distribution::Partial] {
+            let st = state(&[1 << 33], DType::F32, Layout::C, dist);
+            let map = IndexMap::new(&st, 4, 3).expect("rank 3 holds a piece");
+            let t = table(&map);
+            assert!(t.len() <= 8, "{} words", t.len());
+            let last = map.len() - 1;
+            assert_eq!(
+                kernel_index(&t, map.order().len(), last),
+                map.global_linear(&map.unravel(last))
+            );
         }
     }
 
