@@ -83,14 +83,21 @@ pub struct Outcome<B: Backend> {
 /// Runs a validated, planned spec on this rank and writes its run directory. Returns whether
 /// every check passed.
 pub fn run(loaded: &Loaded, plan: &Plan, ctx: &Context, opts: &Options) -> Result<bool> {
+    let progress = Progress::new(
+        ctx.rank() == 0 && !opts.quiet,
+        opts.verbose,
+        loaded.spec.steps.len(),
+    );
     if device(loaded, ctx)? == Device::Cuda {
+        let started = std::time::Instant::now();
         let mut backend = Cuda::new(
             ctx.comm.as_ref(),
             &ctx.host,
             &loaded.spec.runtime.device_map,
             nvshmem_heap(loaded, plan),
         )?;
-        match run_on(&backend, loaded, plan, ctx, opts) {
+        progress.setup("GPU backend up", started.elapsed().as_secs_f64());
+        match run_on(&backend, loaded, plan, ctx, opts, &progress) {
             Ok(passed) => Ok(passed),
             Err(e) => {
                 backend.abandon_nvshmem();
@@ -101,7 +108,7 @@ pub fn run(loaded: &Loaded, plan: &Plan, ctx: &Context, opts: &Options) -> Resul
             }
         }
     } else {
-        run_on(&Cpu::new(ctx.comm.as_ref()), loaded, plan, ctx, opts)
+        run_on(&Cpu::new(ctx.comm.as_ref()), loaded, plan, ctx, opts, &progress)
     }
 }
 
@@ -111,18 +118,14 @@ fn run_on<B: Backend>(
     plan: &Plan,
     ctx: &Context,
     opts: &Options,
+    progress: &Progress,
 ) -> Result<bool> {
-    let progress = Progress::new(
-        ctx.rank() == 0 && !opts.quiet,
-        opts.verbose,
-        loaded.spec.steps.len(),
-    );
-    let outcome = execute(b, loaded, plan, &progress)?;
+    let outcome = execute(b, loaded, plan, progress)?;
     let passed = outcome
         .steps
         .iter()
         .all(|s| s.check.is_none_or(|c| c.passed));
-    write::write(b, loaded, plan, ctx, opts, outcome, &progress)?;
+    write::write(b, loaded, plan, ctx, opts, outcome, progress)?;
     Ok(passed)
 }
 
@@ -244,13 +247,13 @@ fn execute<B: Backend>(
             crate::init::local_piece(init, spec.job.seed, name, &loaded.dir, &state, ranks, rank)?;
         // Generated values are computed where the buffer lives (on the GPU for cuda); npy bytes
         // are read on the host and copied.
-        let buf = match piece {
-            crate::init::Piece::Empty => b.upload(Vec::new())?,
+        let buf = setup(b, progress, &format!("init {name}"), || match piece {
+            crate::init::Piece::Empty => b.upload(Vec::new()),
             crate::init::Piece::Generated(generator, map) => {
-                b.generate(&generator, state.dtype, &map)?
+                b.generate(&generator, state.dtype, &map)
             }
-            crate::init::Piece::Read(bytes) => b.upload(bytes)?,
-        };
+            crate::init::Piece::Read(bytes) => b.upload(bytes),
+        })?;
         tensors.insert(name.clone(), (state, buf));
         origins.insert(name.clone(), Origin::Init(name.clone()));
     }
@@ -259,7 +262,10 @@ fn execute<B: Backend>(
     // move there once generated. The heap's memory stays to the end of the run (the GPU backend
     // never frees symmetric buffers alone), so the views outlive this handle safely.
     let arena = if plan.tensors.values().any(|t| t.symmetric.is_some()) {
-        b.symmetric(plan.symmetric_heap_bytes as usize)?
+        let bytes = plan.symmetric_heap_bytes as usize;
+        setup(b, progress, &format!("heap buffer, {bytes} bytes"), || {
+            b.symmetric(bytes)
+        })?
     } else {
         None
     };
@@ -465,6 +471,23 @@ fn pick_via<B: Backend, P>(
     };
     set(prepared, chosen);
     Ok((chosen, best))
+}
+
+/// Runs a setup phase; with `-v` it waits for the device and reports the phase's time.
+fn setup<B: Backend, T>(
+    b: &B,
+    progress: &Progress,
+    what: &str,
+    phase: impl FnOnce() -> Result<T>,
+) -> Result<T> {
+    if !progress.verbose() {
+        return phase();
+    }
+    let started = std::time::Instant::now();
+    let out = phase()?;
+    b.synchronize()?;
+    progress.setup(what, started.elapsed().as_secs_f64());
+    Ok(out)
 }
 
 /// A symmetric tensor's place on the heap: `bytes` at its planned offset in `arena` (None for

@@ -98,6 +98,19 @@ impl Progress {
         eprintln!("{line}");
     }
 
+    /// With `-v`: a setup phase (backend start, an init, the heap buffer) and its time. The
+    /// caller waits for the device first, so the time is the phase's own.
+    pub fn setup(&self, what: &str, seconds: f64) {
+        if self.verbose {
+            self.line(&format!("distrun: {what} ({:.3} s)", seconds));
+        }
+    }
+
+    /// Whether `-v` asked for setup phases and iterations.
+    pub fn verbose(&self) -> bool {
+        self.on && self.verbose
+    }
+
     /// A plain message.
     pub fn line(&self, text: &str) {
         if !self.on {
