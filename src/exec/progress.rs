@@ -98,8 +98,9 @@ impl Progress {
         eprintln!("{line}");
     }
 
-    /// With `-v`: a setup phase (backend start, an init, the heap buffer) and its time. The
-    /// caller waits for the device first, so the time is the phase's own.
+    /// With `-v`: a setup or closing phase (backend start, an init, the heap buffer, a
+    /// download, the outputs) and its time. The caller waits for the device first, so the time
+    /// is the phase's own.
     pub fn setup(&self, what: &str, seconds: f64) {
         if self.verbose {
             self.line(&format!("distrun: {what} ({:.3} s)", seconds));

@@ -59,13 +59,19 @@ pub fn write<B: Backend>(
         .context("cannot open the run directory rank 0 created")?,
     };
 
+    let writing = std::time::Instant::now();
     let mut shards: Vec<(String, ShardRecord)> = Vec::new();
     let mut globals: IndexMap<String, (String, Option<(String, String)>)> = IndexMap::new();
     for name in &spec.output.tensors {
         let (state, buf) = &outcome.tensors[name];
         if let Some(local) = Placement::new(&state.dist, &state.shape, ranks).local_shape(rank) {
             let file = format!("{name}.rank{rank}.npy");
+            let started = std::time::Instant::now();
             let data = b.download(buf)?;
+            progress.setup(
+                &format!("downloaded {name}, {} bytes", data.len()),
+                started.elapsed().as_secs_f64(),
+            );
             let checksum = write_npy_in(
                 &rundir,
                 &file,
@@ -109,6 +115,7 @@ pub fn write<B: Backend>(
     }
     // Every rank's shards and whereabouts reach rank 0 (this also waits for every shard).
     let shards = b.all_gather_bytes(&serde_json::to_vec(&shards)?)?;
+    progress.setup("outputs written", writing.elapsed().as_secs_f64());
     let me = RankInfo {
         rank,
         host: ctx.host.clone(),
