@@ -108,7 +108,14 @@ pub fn run(loaded: &Loaded, plan: &Plan, ctx: &Context, opts: &Options) -> Resul
             }
         }
     } else {
-        run_on(&Cpu::new(ctx.comm.as_ref()), loaded, plan, ctx, opts, &progress)
+        run_on(
+            &Cpu::new(ctx.comm.as_ref()),
+            loaded,
+            plan,
+            ctx,
+            opts,
+            &progress,
+        )
     }
 }
 

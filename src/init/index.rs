@@ -94,7 +94,13 @@ impl IndexMap {
         if state.dist == Distribution::Partial {
             global.insert(0, ranks);
             local.insert(0, 1);
-            coords.insert(0, Coords::Range { start: rank, len: 1 });
+            coords.insert(
+                0,
+                Coords::Range {
+                    start: rank,
+                    len: 1,
+                },
+            );
         }
         let mut strides = vec![1; global.len()];
         for a in (0..global.len().saturating_sub(1)).rev() {

@@ -129,4 +129,3 @@ pub fn read_piece<R: Read + Seek>(
         }
     }
 }
-

@@ -351,7 +351,11 @@ fn table(map: &IndexMap) -> Vec<u64> {
     let mut at = 2 * nd as u64;
     for &a in order {
         let c = &map.coords[a];
-        t.push(if matches!(c, Coords::Range { .. }) { at | RANGE } else { at });
+        t.push(if matches!(c, Coords::Range { .. }) {
+            at | RANGE
+        } else {
+            at
+        });
         at += words(c);
     }
     for &a in order {
