@@ -32,8 +32,9 @@ def tensor(name, shape, dtype, dist, layout="C", init="{ uniform = { low = -1.0,
 
 
 def step(**keys):
+    keys.setdefault("check", True)
     body = "".join(f"{k} = {json.dumps(v) if isinstance(v, (str, bool)) else v}\n" for k, v in keys.items())
-    return "[[steps]]\n" + body + "check = true\n"
+    return "[[steps]]\n" + body
 
 
 def boxes(shape, axes, p):
@@ -74,6 +75,24 @@ def spec(p, nvshmem=False):
         extra = {"bias": "bias"} if "bias" in e else {}
         s.append(step(op="matmul", a="ea", b="eb", out=f"e_{e}", epilog=e, **extra))
         outs.append(f"e_{e}")
+    # Epilogs the GPU fuses into the GEMM (cuBLASLt): results in Fortran order in x-slabs (a bias
+    # too), or any order for an activation alone; unchecked, as a checked nonlinear epilog keeps
+    # its kernel for the pre-activation values.
+    for dtype in ["f16", "bf16", "f32"]:
+        t.append(tensor(f"fa_{dtype}", (K, M), dtype, '{ slab = "y" }', "F"))
+        t.append(tensor(f"fb_{dtype}", (K, N), dtype, '{ slab = "y" }', "F"))
+        t.append(tensor(f"fbias_{dtype}", (M,), dtype, '"replicated"'))
+        for e in ["relu", "gelu", "bias", "relu_bias", "gelu_bias"]:
+            out = f"f_{dtype}_{e}"
+            t.append(f'[tensors.{out}]\nshape = [{M}, {N}]\ndtype = "{dtype}"\nlayout = "F"\n'
+                     'distribution = { slab = "x" }\n')
+            extra = {"bias": f"fbias_{dtype}"} if "bias" in e else {}
+            s.append(step(op="matmul", a=f"fa_{dtype}", b=f"fb_{dtype}", out=out, transpose_a=True,
+                          epilog=e, check=e == "bias", **extra))
+            outs.append(out)
+        s.append(step(op="matmul", a=f"fa_{dtype}", b=f"fb_{dtype}", out=f"fc_{dtype}", transpose_a=True,
+                      epilog="gelu", check=False))
+        outs.append(f"fc_{dtype}")
     s.append(step(op="matmul", a="ea", b="eb", out="e_abc", alpha=0.5, beta=-2.0, c="cc"))
     outs.append("e_abc")
     for dtype in ["c64", "c128"]:

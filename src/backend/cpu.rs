@@ -214,6 +214,7 @@ impl Backend for Cpu<'_> {
         alpha: (f64, f64),
         out: Out<'_, Vec<u8>>,
     ) -> Result<()> {
+        anyhow::ensure!(out.fused.is_none(), "the CPU backend fuses no epilog");
         let (wa, wb) = (local::widen(dtype, a.0), local::widen(dtype, b.0));
         let compute = local::compute_dtype(dtype);
         let block = local::Block {

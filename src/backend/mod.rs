@@ -80,8 +80,13 @@ pub trait Backend {
     /// Strided element copies from `src` into `dst` (elements of `elem` bytes).
     fn copy_runs(&self, src: &Self::Buf, dst: &mut Self::Buf, runs: &[Run], elem: usize);
 
+    /// Whether [`Backend::gemm`] can apply `epilog` itself ([`Out::fused`]) to a product of
+    /// pieces stored in `dtype`. The CPU fuses nothing; the GPU fuses through cuBLASLt.
+    fn fuses(&self, _dtype: DType, _epilog: Epilog) -> bool {
+        false
+    }
     /// The m x n block of `out` at `out.at` = `alpha * op(a) @ op(b)`, for pieces stored in
-    /// `dtype`.
+    /// `dtype` (then the fused epilog, where `out.fused` gives one).
     fn gemm(
         &self,
         dtype: DType,
@@ -211,7 +216,27 @@ pub struct Out<'a, T> {
     pub at: (usize, usize),
     /// Elements per row of the matrix.
     pub ld: usize,
+    /// An epilog the GEMM applies itself (only where [`Backend::fuses`] said it can).
+    pub fused: Option<Fused<'a, T>>,
 }
+
+/// An epilog applied by the GEMM as it writes its block: the bias added, then the activation.
+pub struct Fused<'a, T> {
+    pub epilog: Epilog,
+    /// For epilogs that read a bias: the vector (the block's dtype) and the index of the entry
+    /// of the block's first column; column `j` adds entry `first + j` (a bias per column of the
+    /// row-major block is one per row of cuBLAS's column-major result).
+    pub bias: Option<(&'a T, usize)>,
+}
+
+// Copied whatever T is (it only holds a reference).
+impl<T> Clone for Fused<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Fused<'_, T> {}
 
 /// Element-wise sums of a few host values over the ranks (check statistics).
 pub fn sum_over_ranks<B: Backend>(b: &B, v: &[f64]) -> Result<Vec<f64>> {

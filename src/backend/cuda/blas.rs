@@ -257,6 +257,23 @@ impl Cuda<'_> {
         );
         let po = out.buf.data.device_ptr_mut(&self.stream).0
             + ((out.at.0 * ld + out.at.1) * size) as u64;
+        if let Some(fused) = &out.fused {
+            let bias = fused
+                .bias
+                .as_ref()
+                .map(|(v, first)| v.data.device_ptr(&self.stream).0 + (first * size) as u64);
+            return self.gemm_lt(&super::lt::Call {
+                dtype,
+                out: out.dtype,
+                dims: (m, n, k),
+                a: (pa, oa),
+                b: (pb, ob),
+                d: (po, ld),
+                alpha: alpha.0 as f32,
+                epilog: fused.epilog,
+                bias,
+            });
+        }
         let (alpha, beta) = (scalar_bytes(kind, alpha), scalar_bytes(kind, (0.0, 0.0)));
         // SAFETY: the views describe the pieces; the block lies inside `out` (checked); the
         // scalars live through the call (host pointer mode).

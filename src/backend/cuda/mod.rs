@@ -8,6 +8,7 @@ mod blas;
 pub mod devmap;
 mod fft;
 mod fill;
+mod lt;
 pub mod nvshmem;
 pub mod probe;
 
@@ -177,6 +178,8 @@ pub struct Cuda<'a> {
     kernels: Kernels,
     nccl: nccl_sys::ncclComm_t,
     blas: OnceCell<blas::Handle>,
+    /// cuBLASLt, for GEMMs with a fused epilog (made on first use).
+    lt: OnceCell<lt::Lt>,
     /// NVSHMEM, when the spec's backends name it (its symmetric buffers take puts).
     nvshmem: Option<nvshmem::Nvshmem<'a>>,
     /// Kernel tables on the GPU, by hash of their contents and length ([`Cuda::device_table`]).
@@ -314,6 +317,7 @@ impl<'a> Cuda<'a> {
             kernels,
             nccl: nccl_comm,
             blas: OnceCell::new(),
+            lt: OnceCell::new(),
             nvshmem,
             tables: RefCell::default(),
             ffts: RefCell::new(Vec::new()),
@@ -459,6 +463,10 @@ impl Backend for Cuda<'_> {
             .arg(&elem);
         // SAFETY: the runs stay inside both buffers (the exchange plans size them).
         unsafe { launch.launch(cfg) }.expect("launching the copy kernel");
+    }
+
+    fn fuses(&self, dtype: DType, _epilog: Epilog) -> bool {
+        self.lt_fuses(dtype)
     }
 
     fn gemm(

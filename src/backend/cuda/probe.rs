@@ -14,6 +14,8 @@ pub enum Lib {
     Nccl,
     /// cuBLAS (libcublas), for matmul.
     Cublas,
+    /// cuBLASLt (libcublasLt), for matmuls with a fused epilog.
+    Cublaslt,
     /// cuFFT (libcufft), for FFTs.
     Cufft,
 }
@@ -25,6 +27,7 @@ impl Lib {
             Lib::Nvrtc => "nvrtc",
             Lib::Nccl => "nccl",
             Lib::Cublas => "cublas",
+            Lib::Cublaslt => "cublasLt",
             Lib::Cufft => "cufft",
         }
     }
@@ -45,6 +48,7 @@ impl Lib {
                 Lib::Driver => cudarc::driver::sys::is_culib_present(),
                 Lib::Nvrtc => cudarc::nvrtc::sys::is_culib_present(),
                 Lib::Cublas => cudarc::cublas::sys::is_culib_present(),
+                Lib::Cublaslt => cudarc::cublaslt::sys::is_culib_present(),
                 Lib::Cufft => cudarc::cufft::sys::is_culib_present(),
                 Lib::Nccl => self
                     .candidates()

@@ -17,11 +17,11 @@ pub mod local;
 
 use super::exchange::{Custom, Holdings, Side};
 use super::step::{Movement, Staged, local_bytes};
-use crate::backend::{Backend, Out};
+use crate::backend::{Backend, Fused, Out};
 use crate::dist::Placement;
 use crate::plan::TensorState;
 use crate::plan::matmul::{MatmulChoice, same_dist};
-use crate::spec::step::{Matmul, MatmulAlgorithm};
+use crate::spec::step::{Epilog, Matmul, MatmulAlgorithm};
 use crate::spec::tensor::{Axis, Distribution, Layout};
 use anyhow::Result;
 use chunks::{Chunk, Gathered};
@@ -128,6 +128,8 @@ pub struct PreparedMatmul<B: Backend> {
     chunks: Option<Vec<Chunk<B>>>,
     /// The GEMM writes the result itself (no reduction, addend or activation follows).
     direct: bool,
+    /// The GEMM also applies the epilog (cuBLASLt's), bias and activation.
+    fused: bool,
     acc: B::Buf,
     reduced: B::Buf,
     /// Global row of every local row of the product where the algorithm leaves it.
@@ -270,10 +272,13 @@ impl<B: Backend> PreparedMatmul<B> {
         };
         let compute = local::compute_dtype(sa.dtype);
         let csize = compute.size() as usize;
+        let fused = matches!(reduction, Reduction::None)
+            && step.c.is_none()
+            && fusable(step.epilog, out.layout, &rows, keep_pre)
+                .is_some_and(|e| b.fuses(sa.dtype, e));
         let direct = matches!(reduction, Reduction::None)
             && step.c.is_none()
-            && step.bias.is_none()
-            && step.epilog.is_none();
+            && (fused || (step.bias.is_none() && step.epilog.is_none()));
         let acc = b.zeros(if direct { 0 } else { m_loc * n_loc * csize })?;
         // A GEMM that writes the result itself writes it in the result's layout (an F result
         // is the row-major product of the transposed operands); otherwise row-major.
@@ -338,6 +343,7 @@ impl<B: Backend> PreparedMatmul<B> {
             reduction,
             chunks,
             direct,
+            fused,
             acc,
             reduced,
             rows,
@@ -373,6 +379,19 @@ impl<B: Backend> PreparedMatmul<B> {
             };
             (&mut self.acc, compute, Layout::C, dims)
         };
+        // A fused epilog's bias: the whole vector, its entry for the first local row.
+        let bias = match (&mut self.bias, self.fused) {
+            (Some(op), true) => Some((
+                op.piece(b, inputs[2])?,
+                self.rows.first().map_or(0, |&r| r as usize),
+            )),
+            _ => None,
+        };
+        let fused = self
+            .step
+            .epilog
+            .filter(|_| self.fused)
+            .map(|epilog| Fused { epilog, bias });
         match &mut self.chunks {
             None => gemm_block(
                 b,
@@ -382,6 +401,7 @@ impl<B: Backend> PreparedMatmul<B> {
                 alpha,
                 (target, tdtype, layout, dims),
                 (0, 0),
+                fused,
             )?,
             Some(chunks) => {
                 let marks = chunks
@@ -402,6 +422,7 @@ impl<B: Backend> PreparedMatmul<B> {
                         alpha,
                         (&mut *target, tdtype, layout, dims),
                         c.at,
+                        fused,
                     )?;
                 }
             }
@@ -491,9 +512,20 @@ impl<B: Backend> PreparedMatmul<B> {
     }
 }
 
+/// The epilog the GEMM may apply itself where the backend fuses it: a bias (one per result
+/// row) needs a result in Fortran order, whose GEMM block is the transposed result (a fused bias
+/// runs along the block's columns), and consecutive local rows (one stretch of the vector); a
+/// nonlinear epilog whose check needs the pre-activation values stays in the epilog kernel.
+fn fusable(epilog: Option<Epilog>, layout: Layout, rows: &[u64], keep_pre: bool) -> Option<Epilog> {
+    let e = epilog?;
+    let bias_ok =
+        !e.needs_bias() || (layout == Layout::F && rows.windows(2).all(|w| w[1] == w[0] + 1));
+    (bias_ok && !(keep_pre && epilog::nonlinear(Some(e)))).then_some(e)
+}
+
 /// The block at `at` of the product (rows x cols `dims`, stored in `layout`) =
 /// `alpha * op(a) @ op(b)`: a column-major product is the row-major product of the transposed
-/// operands.
+/// operands. A fused epilog's bias entry is the one of the product's first row.
 #[allow(clippy::too_many_arguments)]
 fn gemm_block<B: Backend>(
     b: &B,
@@ -508,7 +540,14 @@ fn gemm_block<B: Backend>(
         (usize, usize),
     ),
     at: (usize, usize),
+    fused: Option<Fused<'_, B::Buf>>,
 ) -> Result<()> {
+    // The block's columns are the product's rows in Fortran order (the only layout whose
+    // epilog fuses a bias): the block's first column is the product's row at.0.
+    let fused = fused.map(|f| Fused {
+        bias: f.bias.map(|(v, row0)| (v, row0 + at.0)),
+        ..f
+    });
     let (at, ld, first, second) = match layout {
         Layout::C => (at, cols, (pa, va), (pb, vb)),
         Layout::F => (
@@ -523,6 +562,7 @@ fn gemm_block<B: Backend>(
         dtype: tdtype,
         at,
         ld,
+        fused,
     };
     b.gemm(dtype, first, second, alpha, out)
 }
@@ -534,5 +574,45 @@ fn pieces_of(state: &TensorState, ranks: u64, layout: Layout) -> Custom {
         shape: state.shape.clone(),
         layout,
         pieces: (0..ranks).map(|r| p.intervals(r)).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fused_bias_needs_a_fortran_result_with_consecutive_rows() {
+        let slab = [4, 5, 6];
+        let cyclic = [0, 1, 8, 9];
+        for e in [Epilog::Bias, Epilog::ReluBias, Epilog::GeluBias] {
+            assert_eq!(fusable(Some(e), Layout::F, &slab, false), Some(e));
+            assert_eq!(
+                fusable(Some(e), Layout::C, &slab, false),
+                None,
+                "{e:?}, C order"
+            );
+            assert_eq!(
+                fusable(Some(e), Layout::F, &cyclic, false),
+                None,
+                "{e:?}, cyclic"
+            );
+        }
+        // Activations alone fuse in either order and with any rows.
+        for e in [Epilog::Relu, Epilog::Gelu] {
+            assert_eq!(fusable(Some(e), Layout::C, &cyclic, false), Some(e));
+        }
+        assert_eq!(fusable(None, Layout::F, &slab, false), None);
+    }
+
+    #[test]
+    fn a_checked_nonlinear_epilog_keeps_its_kernel() {
+        // The check needs the pre-activation values, which only the epilog kernel keeps.
+        assert_eq!(fusable(Some(Epilog::Relu), Layout::F, &[0], true), None);
+        assert_eq!(fusable(Some(Epilog::GeluBias), Layout::F, &[0], true), None);
+        assert_eq!(
+            fusable(Some(Epilog::Bias), Layout::F, &[0], true),
+            Some(Epilog::Bias)
+        );
     }
 }
