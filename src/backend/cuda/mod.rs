@@ -192,6 +192,26 @@ fn nccl_err(e: nccl::NcclError) -> anyhow::Error {
     anyhow!("NCCL: {e:?}")
 }
 
+/// A zeroed host vector of `bytes` that the kernel may back with transparent huge pages: a
+/// download's destination is fresh memory, and faulting it in 4 KiB at a time cost more than
+/// the copy itself (`bench/gpu/download.py`). Its pages stay untouched until the copy writes
+/// them (a large zeroed allocation is a fresh mapping).
+fn host_buffer(bytes: usize) -> Vec<u8> {
+    const HUGE: usize = 2 << 20;
+    let mut v = vec![0u8; bytes];
+    let start = (v.as_mut_ptr() as usize).next_multiple_of(HUGE);
+    let end = (v.as_mut_ptr() as usize + bytes) / HUGE * HUGE;
+    if end > start {
+        // SAFETY: advice on whole huge pages inside the vector's own allocation; it changes
+        // no contents. A kernel without transparent huge pages ignores it (the result is
+        // not needed).
+        unsafe {
+            libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
+        }
+    }
+    v
+}
+
 /// NCCL's type and element count for a buffer of `dtype` (complex values as pairs of reals).
 fn nccl_type(dtype: DType) -> (nccl_sys::ncclDataType_t, usize) {
     use nccl_sys::ncclDataType_t::*;
@@ -407,7 +427,12 @@ impl Backend for Cuda<'_> {
         if buf.len == 0 {
             return Ok(Vec::new());
         }
-        Ok(self.stream.clone_dtoh(&buf.data.slice(..buf.len))?)
+        let mut out = host_buffer(buf.len);
+        self.stream
+            .memcpy_dtoh(&buf.data.slice(..buf.len), &mut out)?;
+        // A copy into pageable memory returns once done; the wait is for clarity, not order.
+        self.stream.synchronize()?;
+        Ok(out)
     }
 
     fn zeros(&self, bytes: usize) -> Result<Self::Buf> {
