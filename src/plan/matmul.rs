@@ -81,14 +81,6 @@ fn slab(axis: u8) -> Distribution {
     Distribution::Slab(Axis::Index(axis))
 }
 
-/// Same distribution, whatever way the slab axis is written.
-pub fn same_dist(x: &Distribution, y: &Distribution) -> bool {
-    match (x, y) {
-        (Distribution::Slab(a), Distribution::Slab(b)) => a.index() == b.index(),
-        _ => x == y,
-    }
-}
-
 /// Every algorithm that can run this matmul, cheapest first.
 fn candidates(case: &MatmulCase<'_>) -> Vec<Candidate> {
     let p = case.ranks.unwrap_or(2).max(1) as f64;
@@ -176,13 +168,13 @@ fn candidates(case: &MatmulCase<'_>) -> Vec<Candidate> {
     // A result or addend in another distribution than the algorithm's costs one more move.
     for cand in &mut out {
         if let Some(c) = case.c
-            && !same_dist(c, &cand.out)
+            && *c != cand.out
         {
             cand.detail.insert(0, "redistribute c".into());
             cand.cost += f * size_out;
         }
         if let Some(target) = case.out
-            && !same_dist(target, &cand.out)
+            && *target != cand.out
         {
             cand.detail.push("redistribute the result".into());
             cand.cost += f * size_out;
@@ -286,7 +278,7 @@ mod tests {
         .unwrap();
         assert_eq!(c.algorithm, MatmulAlgorithm::Local);
         assert_eq!(c.bytes_per_rank, Some(0));
-        assert!(same_dist(&c.out, &slab(0)));
+        assert_eq!(c.out, slab(0));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The meaning pass: follows the steps in order, resolving every tensor a step makes or changes
 //! (shape, dtype, layout, distribution) and reporting every inconsistency at once.
 
-use super::matmul::{self, MatmulCase, MatmulChoice, same_dist};
+use super::matmul::{self, MatmulCase, MatmulChoice};
 use crate::dist;
 use crate::spec::Loaded;
 use crate::spec::diag::{Diagnostic, KeyPath, did_you_mean};
@@ -410,7 +410,7 @@ impl Resolver<'_> {
                     ));
                 }
                 if let Some(d) = &decl.distribution
-                    && !same_dist(d, &state.dist)
+                    && *d != state.dist
                 {
                     self.err(
                         Diagnostic::value(

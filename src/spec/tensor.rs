@@ -196,7 +196,7 @@ pub enum Distribution {
 pub type GlobalBox = [Vec<u64>; 2];
 
 /// An axis, by index (0, 1, 2, ...) or by name (x, y, z).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum Axis {
     /// Axis index, 0-based.
@@ -216,6 +216,15 @@ pub enum AxisName {
     /// Axis 2.
     Z,
 }
+
+/// Two spellings of one axis are equal (`x` is 0), so distributions compare by what they mean.
+impl PartialEq for Axis {
+    fn eq(&self, other: &Self) -> bool {
+        self.index() == other.index()
+    }
+}
+
+impl Eq for Axis {}
 
 impl Axis {
     /// The axis as a 0-based index.

@@ -308,6 +308,29 @@ mod tests {
     }
 
     #[test]
+    fn slabs_named_x_and_y_take_the_batched_way_back() {
+        // `slab = "x"` (as specs write it) is slab 0: the way back by rows, and its room.
+        use crate::spec::tensor::AxisName;
+        let named = state(
+            &[30, 27, 33],
+            DType::C64,
+            Layout::C,
+            Distribution::Slab(Axis::Name(AxisName::X)),
+        );
+        let indexed = state(
+            &[30, 27, 33],
+            DType::C64,
+            Layout::C,
+            Distribution::Slab(Axis::Index(0)),
+        );
+        assert!(super::back_by_rows(super::FftKind::C2c, 0, &named, 4));
+        assert_eq!(
+            symmetric_room(&fft("c2c"), &named, &named, 4),
+            symmetric_room(&fft("c2c"), &indexed, &indexed, 4)
+        );
+    }
+
+    #[test]
     fn puts_get_room_for_the_largest_y_slab() {
         let x = Distribution::Slab(Axis::Index(0));
         let y = Distribution::Slab(Axis::Index(1));

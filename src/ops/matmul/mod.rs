@@ -20,7 +20,7 @@ use super::step::{Movement, Staged, local_bytes};
 use crate::backend::{Backend, Fused, Out};
 use crate::dist::Placement;
 use crate::plan::TensorState;
-use crate::plan::matmul::{MatmulChoice, same_dist};
+use crate::plan::matmul::MatmulChoice;
 use crate::spec::step::{Epilog, Matmul, MatmulAlgorithm};
 use crate::spec::tensor::{Axis, Distribution, Layout};
 use anyhow::Result;
@@ -44,7 +44,7 @@ impl<B: Backend> Operand<B> {
     ) -> Result<Self> {
         let (ranks, rank) = (b.ranks() as u64, b.rank() as u64);
         let (movement, intervals) = match target {
-            Target::Dist(dist) if same_dist(&dist, &state.dist) => (
+            Target::Dist(dist) if dist == state.dist => (
                 None,
                 Placement::new(&state.dist, &state.shape, ranks).intervals(rank),
             ),
@@ -226,7 +226,7 @@ impl<B: Backend> PreparedMatmul<B> {
         // gathered in one exchange, as planned.
         let gathers = |t: &Target, s: &TensorState| {
             matches!(t, Target::Dist(Distribution::Replicated))
-                && !same_dist(&Distribution::Replicated, &s.dist)
+                && s.dist != Distribution::Replicated
         };
         let (gather_a, gather_b) = (gathers(&target_a, sa), gathers(&target_b, sb));
         let (mut a, mut bop) = (None, None);
@@ -318,7 +318,7 @@ impl<B: Backend> PreparedMatmul<B> {
             _ => None,
         };
         let natural_buf = b.zeros(local_bytes(&natural_state, ranks, rank))?;
-        let to_out = if same_dist(&natural, &out.dist) && out.layout == natural_state.layout {
+        let to_out = if natural == out.dist && out.layout == natural_state.layout {
             None
         } else {
             let m = Movement::to(
