@@ -89,16 +89,15 @@ fn layout(
     Ok(Guard(l, lt::destroy_matrix_layout))
 }
 
-/// Sets one attribute of a matmul descriptor.
-fn set<V>(
-    desc: sys::cublasLtMatmulDesc_t,
-    attr: sys::cublasLtMatmulDescAttributes_t,
-    value: &V,
-) -> Result<()> {
+/// A cuBLASLt attribute setter: a matmul descriptor's or a preference's.
+type Setter<H, A> = unsafe fn(H, A, *const c_void, usize) -> Result<(), lt::CublasError>;
+
+/// Sets attribute `attr` of `handle` to `value` through `setter`.
+fn set<H, A, V>(setter: Setter<H, A>, handle: H, attr: A, value: &V) -> Result<()> {
     // SAFETY: `value` is the attribute's type and lives through the call.
     unsafe {
-        lt::set_matmul_desc_attribute(
-            desc,
+        setter(
+            handle,
             attr,
             value as *const V as *const c_void,
             std::mem::size_of::<V>(),
@@ -107,14 +106,20 @@ fn set<V>(
     .map_err(lt_err)
 }
 
-/// One fused GEMM, in cuBLAS's column-major terms: `d` (n x m, leading dimension `ldd`) =
+/// One fused GEMM, in cuBLAS's column-major terms: `d` (n x m) =
 /// `epilogue(alpha * op(b) op(a) + bias)`, the operands as `blas::operand` describes them.
 pub struct Call {
+    /// The operands' dtype.
     pub dtype: DType,
+    /// The result's dtype.
     pub out: DType,
+    /// (m, n, k) of the row-major block `out = op(a) op(b)` (m x k times k x n).
     pub dims: (usize, usize, usize),
+    /// Device address and cuBLAS view of a's piece.
     pub a: (u64, Operand),
+    /// Device address and cuBLAS view of b's piece.
     pub b: (u64, Operand),
+    /// Device address of the block and its leading dimension.
     pub d: (u64, usize),
     pub alpha: f32,
     pub epilog: Epilog,
@@ -155,9 +160,20 @@ impl Cuda<'_> {
         let desc = Guard(desc, lt::destroy_matmul_desc);
         use sys::cublasLtMatmulDescAttributes_t::*;
         let (ob, oa) = (call.b.1, call.a.1);
-        set(desc.0, CUBLASLT_MATMUL_DESC_TRANSA, &(ob.op as i32))?;
-        set(desc.0, CUBLASLT_MATMUL_DESC_TRANSB, &(oa.op as i32))?;
         set(
+            lt::set_matmul_desc_attribute,
+            desc.0,
+            CUBLASLT_MATMUL_DESC_TRANSA,
+            &(ob.op as i32),
+        )?;
+        set(
+            lt::set_matmul_desc_attribute,
+            desc.0,
+            CUBLASLT_MATMUL_DESC_TRANSB,
+            &(oa.op as i32),
+        )?;
+        set(
+            lt::set_matmul_desc_attribute,
             desc.0,
             CUBLASLT_MATMUL_DESC_EPILOGUE,
             &epilogue(call.epilog),
@@ -187,6 +203,7 @@ impl Cuda<'_> {
                 dst
             };
             set(
+                lt::set_matmul_desc_attribute,
                 desc.0,
                 CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                 &(at as *const c_void),
@@ -210,7 +227,8 @@ impl Cuda<'_> {
             lt::destroy_matmul_pref,
         );
         use sys::cublasLtMatmulPreferenceAttributes_t::*;
-        set_pref(
+        set(
+            lt::set_matmul_pref_attribute,
             pref.0,
             CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
             &(WORKSPACE as u64),
@@ -218,22 +236,26 @@ impl Cuda<'_> {
         // The heuristic assumes 256-byte aligned matrices unless told otherwise; a block of the
         // result, or an operand's piece in a buffer, may start anywhere on an element.
         let align = |p: u64| (1u32 << p.trailing_zeros().min(8)).max(1);
-        set_pref(
+        set(
+            lt::set_matmul_pref_attribute,
             pref.0,
             CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
             &align(call.b.0),
         )?;
-        set_pref(
+        set(
+            lt::set_matmul_pref_attribute,
             pref.0,
             CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
             &align(call.a.0),
         )?;
-        set_pref(
+        set(
+            lt::set_matmul_pref_attribute,
             pref.0,
             CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
             &align(call.d.0),
         )?;
-        set_pref(
+        set(
+            lt::set_matmul_pref_attribute,
             pref.0,
             CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
             &align(call.d.0),
@@ -272,24 +294,6 @@ impl Cuda<'_> {
         drop(aligned);
         Ok(())
     }
-}
-
-/// Sets one attribute of a matmul preference.
-fn set_pref<V>(
-    pref: sys::cublasLtMatmulPreference_t,
-    attr: sys::cublasLtMatmulPreferenceAttributes_t,
-    value: &V,
-) -> Result<()> {
-    // SAFETY: `value` is the attribute's type and lives through the call.
-    unsafe {
-        lt::set_matmul_pref_attribute(
-            pref,
-            attr,
-            value as *const V as *const c_void,
-            std::mem::size_of::<V>(),
-        )
-    }
-    .map_err(lt_err)
 }
 
 #[cfg(test)]
