@@ -1,7 +1,6 @@
 //! What a tensor should hold, computed on each rank from the init definitions alone (no
 //! communication): the checks of data-movement steps compare against it.
 
-use crate::dist::Placement;
 use crate::init::{self, Scalar};
 use crate::plan::TensorState;
 use crate::spec::step::ReduceOp;
@@ -99,41 +98,20 @@ impl Source<'_> {
         let rows: Vec<Vec<u8>> = (0..self.ranks)
             .map(|r| self.fill(name, &whole, r))
             .collect::<Result<_>>()?;
-        let placement = Placement::new(&state.dist, &state.shape, self.ranks);
-        let Some(local) = placement.local_shape(rank) else {
+        let Some(map) = init::IndexMap::new(state, self.ranks, rank) else {
             return Ok(Vec::new());
         };
         let size = state.dtype.size() as usize;
-        let n: u64 = local.iter().product();
-        let mut out = vec![0u8; n as usize * size];
-        let mut idx = vec![0u64; local.len()];
-        // Fastest axis first in the piece's storage order.
-        let axes: Vec<usize> = match state.layout {
-            Layout::C => (0..local.len()).rev().collect(),
-            Layout::F => (0..local.len()).collect(),
-        };
-        for k in 0..n {
-            // idx: k as a multi-index in the piece's storage order.
-            let mut rest = k;
-            for &a in &axes {
-                idx[a] = rest % local[a];
-                rest /= local[a];
-            }
-            let g = placement.to_global(rank, &idx);
-            let at = g
-                .iter()
-                .zip(&state.shape)
-                .fold(0u64, |acc, (i, s)| acc * s + i) as usize
-                * size;
+        let mut out = vec![0u8; map.len() as usize * size];
+        // Local offsets in the piece's storage order, each with its C-order global index.
+        let mut idx = map.unravel(0);
+        for el in out.chunks_exact_mut(size) {
+            let at = map.global_linear(&idx) as usize * size;
             let values = rows
                 .iter()
                 .map(|row| init::decode(state.dtype, &row[at..at + size]));
-            let value = fold(op, state.dtype, values, self.ranks);
-            init::encode(
-                state.dtype,
-                value,
-                &mut out[k as usize * size..(k as usize + 1) * size],
-            );
+            init::encode(state.dtype, fold(op, state.dtype, values, self.ranks), el);
+            map.advance(&mut idx);
         }
         Ok(out)
     }
