@@ -289,3 +289,45 @@ fn help_shows_an_example_for_each_command() {
             .contains("distrun plan specs/gemm.toml --ranks 4")
     );
 }
+
+#[test]
+fn verbose_runs_time_each_setup_phase_and_iteration() {
+    let spec = temp_spec(
+        "verbose.toml",
+        "[job]\nname = \"verbose\"\n[tensors.x]\nshape = [64, 3]\ndtype = \"f32\"\n\
+         distribution = \"partial\"\ninit = { uniform = {} }\n\
+         [[steps]]\nop = \"all_reduce\"\ninput = \"x\"\nout = \"y\"\niterations = 2\n\
+         [output]\ntensors = [\"y\"]\n",
+    );
+    let dir = temp_dir("verbose");
+    let run = |flag: &str, name: &str| {
+        let out = dir.join(name);
+        Distrun::new()
+            .args([
+                "run",
+                spec.to_str().unwrap(),
+                flag,
+                "--out",
+                out.to_str().unwrap(),
+            ])
+            .run()
+            .code(0)
+            .stderr
+    };
+    let verbose = run("-v", "v");
+    for line in [
+        "distrun: init x (",
+        "distrun:   run 0: ",
+        "distrun:   run 1: ",
+        "distrun: downloaded y, 768 bytes (",
+        "distrun: outputs written (",
+    ] {
+        assert!(verbose.contains(line), "no {line:?} in:\n{verbose}");
+    }
+    // Without -v: one line per step, none of these.
+    let plain = run("--device=cpu", "plain");
+    assert!(
+        !plain.contains("init x") && !plain.contains("run 0:"),
+        "{plain}"
+    );
+}
