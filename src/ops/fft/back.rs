@@ -12,12 +12,11 @@
 
 use super::batched::{BATCHES, Put, Route, planes, put_batch, slab_room, split};
 use super::local::Phase;
-use super::slab;
 use crate::backend::{Backend, Rows};
 use crate::ops::exchange::Run;
 use crate::plan::TensorState;
 use crate::runtime::comm::Parts;
-use crate::spec::tensor::{DType, Layout};
+use crate::spec::tensor::DType;
 use anyhow::Result;
 
 /// One batch of rows: its second-phase FFT and its share of the move, ready to go either way.
@@ -50,31 +49,13 @@ pub struct BatchedBack<B: Backend> {
 }
 
 impl<B: Backend> BatchedBack<B> {
-    /// The batched way from `natural` (the complex y-slab result of `phase2`, which must have
-    /// no scale) to `out` (the same tensor in x-slabs, C order); None where it does not apply
-    /// (one rank, other states, a second phase that is not along x alone, or rows cuFFT would
-    /// find misaligned).
-    pub fn new(
-        b: &B,
-        natural: &TensorState,
-        out: &TensorState,
-        phase2: &Phase,
-    ) -> Result<Option<Self>> {
+    /// The batched way from `natural` (the complex y-slab result of `phase2`) back to x-slabs
+    /// in C order, for an FFT that goes back by rows (`back_by_rows`, which also leaves the
+    /// second phase without a scale); None where the second phase does not split by rows or
+    /// cuFFT would find the rows misaligned.
+    pub fn new(b: &B, natural: &TensorState, phase2: &Phase) -> Result<Option<Self>> {
         let (ranks, me) = (b.ranks(), b.rank());
-        let wanted = TensorState {
-            dist: slab(0),
-            layout: Layout::C,
-            ..natural.clone()
-        };
-        let complex = matches!(natural.dtype, DType::C64 | DType::C128);
-        // A second phase that splits by rows: transforms along x only, no scale.
-        if ranks < 2
-            || natural.dist != slab(1)
-            || natural.layout != Layout::C
-            || *out != wanted
-            || !complex
-            || phase2.on_rows(0, 0).is_none()
-        {
+        if phase2.on_rows(0, 0).is_none() {
             return Ok(None);
         }
         let shape: Vec<usize> = natural.shape.iter().map(|&n| n as usize).collect();
