@@ -27,6 +27,39 @@ fn landings(all: &[Vec<usize>], me: usize) -> Option<Vec<usize>> {
     all.iter().map(|r| (r[0] == 1).then(|| r[1 + me])).collect()
 }
 
+/// How a movement goes: by NCCL's exchange (MPI's on the CPU), or by NVSHMEM puts where its
+/// result is symmetric (the step's trial runs choose: a movement step, an FFT's transposes).
+#[derive(Debug, Clone, Copy)]
+pub struct Route {
+    can_put: bool,
+    via: CommBackend,
+}
+
+impl Route {
+    /// By NCCL until set otherwise; puts allowed where `can_put`.
+    pub fn new(can_put: bool) -> Self {
+        Route {
+            can_put,
+            via: CommBackend::Nccl,
+        }
+    }
+
+    /// Whether puts can make the move (the result is symmetric: `nvshmem` in the backends).
+    pub fn can_put(self) -> bool {
+        self.can_put
+    }
+
+    /// Moves by `via` from now on (NCCL where puts cannot).
+    pub fn set(&mut self, via: CommBackend) {
+        self.via = if self.can_put { via } else { CommBackend::Nccl };
+    }
+
+    /// Whether the move goes by puts now.
+    pub fn puts(self) -> bool {
+        self.via == CommBackend::Nvshmem
+    }
+}
+
 /// One exchange, planned for this rank.
 pub struct Movement {
     ex: Exchange,
@@ -260,8 +293,8 @@ pub struct Prepared<B: Backend> {
     /// For a movement into a symmetric result: where this rank's part for each peer lands in
     /// the peer's result (elements).
     puts: Option<Vec<usize>>,
-    /// How a movement travels: NCCL's exchange (MPI's on the CPU) or NVSHMEM puts.
-    via: CommBackend,
+    /// How a movement travels.
+    route: Route,
 }
 
 impl<B: Backend> Prepared<B> {
@@ -376,24 +409,20 @@ impl<B: Backend> Prepared<B> {
             out: dest.map_or_else(|| b.zeros(kernel_out), Ok)?,
             relayout,
             sent_bytes,
+            route: Route::new(puts.is_some()),
             puts,
-            via: CommBackend::Nccl,
         })
     }
 
     /// Whether puts can move this step (see [`Prepared::set_via`]).
     pub fn can_put(&self) -> bool {
-        self.puts.is_some()
+        self.route.can_put()
     }
 
     /// Moves the step's data by NCCL's exchange or, where [`Prepared::can_put`], by NVSHMEM
     /// puts.
     pub fn set_via(&mut self, via: CommBackend) {
-        self.via = if self.puts.is_some() {
-            via
-        } else {
-            CommBackend::Nccl
-        };
+        self.route.set(via);
     }
 
     /// Runs the step once on `input`.
@@ -405,8 +434,8 @@ impl<B: Backend> Prepared<B> {
                 let [send, recv] = &mut self.scratch[..] else {
                     unreachable!("a movement has two scratch buffers")
                 };
-                match (&self.puts, self.via) {
-                    (Some(at), CommBackend::Nvshmem) => {
+                match &self.puts {
+                    Some(at) if self.route.puts() => {
                         m.run_puts(b, input, send, &mut self.out, at)?
                     }
                     _ => m.run(b, input, send, recv, &mut self.out)?,

@@ -10,10 +10,11 @@
 //! into the result), or, where the result is symmetric, by one strided put per peer (the copy
 //! engines); the step's trial runs choose ([`Route`]).
 
-use super::batched::{BATCHES, Put, Route, planes, put_batch, slab_room, split};
+use super::batched::{BATCHES, Put, planes, slab_room, split};
 use super::local::Phase;
 use crate::backend::{Backend, Rows};
 use crate::ops::exchange::Run;
+use crate::ops::step::Route;
 use crate::plan::TensorState;
 use crate::runtime::comm::Parts;
 use crate::spec::tensor::DType;
@@ -157,28 +158,23 @@ impl<B: Backend> BatchedBack<B> {
         after2: &mut B::Buf,
     ) -> Result<&B::Buf> {
         let (send, recv, out, elem) = (&mut self.send, &mut self.recv, &mut self.out, self.elem);
-        let puts = self.route.puts();
-        self.route.start(b)?;
+        let route = self.route;
+        route.start(b)?;
         let mut last = None;
         for batch in &self.batches {
             if let Some(phase) = &batch.phase {
                 b.fft(precision, phase, (moved, 0), (&mut *after2, 0))?;
             }
             let after2 = &*after2;
-            last = Some(if puts {
-                b.copy_runs(after2, out, &batch.own, elem);
-                put_batch(b, after2, out, &batch.puts)?
-            } else {
-                b.side(&mut || {
-                    b.copy_runs(after2, out, &batch.own, elem);
-                    b.copy_runs(after2, send, &batch.pack, elem);
-                    b.all_to_all_v(send, &batch.to, recv, &batch.from, elem)?;
-                    b.copy_runs(recv, out, &batch.unpack, elem);
-                    Ok(())
-                })?
-            });
+            let parts = (&batch.own[..], &batch.puts[..]);
+            last = Some(route.move_batch(b, after2, out, parts, elem, &mut |out| {
+                b.copy_runs(after2, send, &batch.pack, elem);
+                b.all_to_all_v(send, &batch.to, recv, &batch.from, elem)?;
+                b.copy_runs(recv, out, &batch.unpack, elem);
+                Ok(())
+            })?);
         }
-        self.route.finish(b, last)?;
+        route.finish(b, last)?;
         Ok(&self.out)
     }
 }

@@ -15,9 +15,9 @@ use super::local::{AxisOp, Phase};
 use crate::backend::{Backend, Rows};
 use crate::dist::Placement;
 use crate::ops::exchange::Run;
+use crate::ops::step::Route;
 use crate::plan::TensorState;
 use crate::runtime::comm::Parts;
-use crate::spec::model::CommBackend;
 use crate::spec::tensor::{Axis, DType, Distribution};
 use anyhow::Result;
 
@@ -61,38 +61,8 @@ pub struct Batched<B: Backend> {
     pub route: Route,
 }
 
-/// How a batched move goes: by NCCL's all-to-all, or by puts where its result is symmetric
-/// (the step's trial runs choose).
-#[derive(Debug, Clone, Copy)]
-pub struct Route {
-    can_put: bool,
-    via: CommBackend,
-}
-
+// The batched transposes' use of a route: before a run, after it, and one batch.
 impl Route {
-    /// By NCCL until set otherwise; puts allowed where `can_put`.
-    pub fn new(can_put: bool) -> Self {
-        Route {
-            can_put,
-            via: CommBackend::Nccl,
-        }
-    }
-
-    /// Whether puts can make the move (the result is symmetric: `nvshmem` in the backends).
-    pub fn can_put(self) -> bool {
-        self.can_put
-    }
-
-    /// Moves by `via` from now on (NCCL where puts cannot).
-    pub fn set(&mut self, via: CommBackend) {
-        self.via = if self.can_put { via } else { CommBackend::Nccl };
-    }
-
-    /// Whether the move goes by puts now.
-    pub fn puts(self) -> bool {
-        self.via == CommBackend::Nvshmem
-    }
-
     /// Before a run's batches: with puts, every peer is done reading its result of the last
     /// run before puts overwrite it.
     pub fn start<B: Backend>(self, b: &B) -> Result<()> {
@@ -113,19 +83,33 @@ impl Route {
         }
         Ok(())
     }
-}
 
-/// Queues one batch's puts from `src` into the symmetric `out` of each peer on the side queue.
-pub(super) fn put_batch<B: Backend>(
-    b: &B,
-    src: &B::Buf,
-    out: &B::Buf,
-    puts: &[Put],
-) -> Result<B::Mark> {
-    b.side(&mut || {
-        puts.iter()
-            .try_for_each(|p| b.put((src, p.src), (out, p.dst), p.rows, p.peer))
-    })
+    /// Queues one batch's move from `src` into `out` (its own part, and its parts for the
+    /// peers) and returns its mark: with puts, the own part copied on the main queue and one
+    /// put per peer on the side queue; otherwise the own part and `nccl` (given `out`) on the
+    /// side queue.
+    pub(super) fn move_batch<B: Backend>(
+        self,
+        b: &B,
+        src: &B::Buf,
+        out: &mut B::Buf,
+        (own, puts): (&[Run], &[Put]),
+        elem: usize,
+        nccl: &mut dyn FnMut(&mut B::Buf) -> Result<()>,
+    ) -> Result<B::Mark> {
+        if self.puts() {
+            b.copy_runs(src, out, own, elem);
+            let out = &*out;
+            return b.side(&mut || {
+                puts.iter()
+                    .try_for_each(|p| b.put((src, p.src), (out, p.dst), p.rows, p.peer))
+            });
+        }
+        b.side(&mut || {
+            b.copy_runs(src, out, own, elem);
+            nccl(out)
+        })
+    }
 }
 
 /// (first, count) of each rank's slab of `n` along any axis.
@@ -273,9 +257,8 @@ impl<B: Backend> Batched<B> {
         work: &B::Buf,
         after1: &mut B::Buf,
     ) -> Result<&B::Buf> {
-        let (send, out, elem) = (&mut self.send, &mut self.out, self.elem);
-        let puts = self.route.puts();
-        self.route.start(b)?;
+        let (send, out, elem, route) = (&mut self.send, &mut self.out, self.elem, self.route);
+        route.start(b)?;
         let mut last = None;
         for batch in &self.batches {
             if batch.phase.shape[0] > 0 {
@@ -287,18 +270,13 @@ impl<B: Backend> Batched<B> {
                 )?;
             }
             let after1 = &*after1;
-            last = Some(if puts {
-                b.copy_runs(after1, out, &batch.own, elem);
-                put_batch(b, after1, out, &batch.puts)?
-            } else {
-                b.side(&mut || {
-                    b.copy_runs(after1, send, &batch.pack, elem);
-                    b.copy_runs(after1, out, &batch.own, elem);
-                    b.all_to_all_v(send, &batch.to, out, &batch.from, elem)
-                })?
-            });
+            let parts = (&batch.own[..], &batch.puts[..]);
+            last = Some(route.move_batch(b, after1, out, parts, elem, &mut |out| {
+                b.copy_runs(after1, send, &batch.pack, elem);
+                b.all_to_all_v(send, &batch.to, out, &batch.from, elem)
+            })?);
         }
-        self.route.finish(b, last)?;
+        route.finish(b, last)?;
         Ok(&self.out)
     }
 }
