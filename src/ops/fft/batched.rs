@@ -85,9 +85,9 @@ impl Route {
     }
 
     /// Queues one batch's move from `src` into `out` (its own part, and its parts for the
-    /// peers) and returns its mark: with puts, the own part copied on the main queue and one
-    /// put per peer on the side queue; otherwise the own part and `nccl` (given `out`) on the
-    /// side queue.
+    /// peers) and returns its mark: with puts, one put per peer on the side queue, then the own
+    /// part copied on the main queue (the puts do not wait for it); otherwise the own part and
+    /// `nccl` (given `out`) on the side queue.
     pub(super) fn move_batch<B: Backend>(
         self,
         b: &B,
@@ -98,12 +98,12 @@ impl Route {
         nccl: &mut dyn FnMut(&mut B::Buf) -> Result<()>,
     ) -> Result<B::Mark> {
         if self.puts() {
-            b.copy_runs(src, out, own, elem);
-            let out = &*out;
-            return b.side(&mut || {
+            let mark = b.side(&mut || {
                 puts.iter()
-                    .try_for_each(|p| b.put((src, p.src), (out, p.dst), p.rows, p.peer))
-            });
+                    .try_for_each(|p| b.put((src, p.src), (&*out, p.dst), p.rows, p.peer))
+            })?;
+            b.copy_runs(src, out, own, elem);
+            return Ok(mark);
         }
         b.side(&mut || {
             b.copy_runs(src, out, own, elem);
@@ -144,9 +144,24 @@ pub fn slab_room(shape: &[u64], elem: usize, ranks: usize, axis: usize) -> usize
     largest * others as usize * elem
 }
 
-/// Rank r's planes of batch j: `[s*j/n, s*(j+1)/n)` of its `s` planes.
+/// Relative sizes of the batches: the first small, so that the first move starts soon, then
+/// each half again as large as the one before up to a steady size. A batch's move takes about
+/// 1.5x its FFT on 4 H200s (bench/RESULTS.md), so the moves never wait for the FFTs.
+const GROWTH: [usize; 4] = [4, 6, 9, 12];
+
+fn weight(j: usize) -> usize {
+    GROWTH[j.min(GROWTH.len() - 1)]
+}
+
+/// Rank r's planes of batch j of n, of its `s` planes: growing batches ([`GROWTH`]), or even
+/// ones where `s` is too small for every growing batch to hold a plane.
 pub(super) fn planes(s: usize, j: usize, n: usize) -> (usize, usize) {
-    (s * j / n, s * (j + 1) / n)
+    let total: usize = (0..n).map(weight).sum();
+    if s * GROWTH[0] < total {
+        return (s * j / n, s * (j + 1) / n);
+    }
+    let bound = |j: usize| s * (0..j).map(weight).sum::<usize>() / total;
+    (bound(j), bound(j + 1))
 }
 
 impl<B: Backend> Batched<B> {
@@ -287,7 +302,7 @@ mod tests {
 
     #[test]
     fn batches_cover_every_plane_once() {
-        for s in 1..20 {
+        for s in 1..300 {
             for n in 1..=8.min(s) {
                 let mut next = 0;
                 for j in 0..n {
@@ -299,5 +314,19 @@ mod tests {
                 assert_eq!(next, s);
             }
         }
+    }
+
+    #[test]
+    fn batches_grow_from_a_small_first() {
+        let sizes: Vec<usize> = (0..8)
+            .map(|j| planes(256, j, 8))
+            .map(|(lo, hi)| hi - lo)
+            .collect();
+        assert_eq!(sizes.iter().sum::<usize>(), 256);
+        assert!(sizes[0] * 3 <= sizes[7], "{sizes:?}");
+        assert!(
+            sizes.windows(2).all(|w| w[1] * 2 <= w[0] * 3 + 4),
+            "{sizes:?}"
+        );
     }
 }
