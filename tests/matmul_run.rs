@@ -141,6 +141,21 @@ fn cases() -> Vec<Case> {
         c.algorithm = alg;
         all.push(c);
     }
+    // SUMMA's slices of k add up (at 4 ranks, a 2x2 grid): in f32 for a half type, before the
+    // epilog, complex, in Fortran order.
+    for (dtype, epilog, layouts) in [
+        (DType::F16, None, ("C", "C")),
+        (DType::F32, Some("relu_bias"), ("F", "C")),
+        (DType::C64, None, ("C", "F")),
+    ] {
+        let mut c = case(
+            dtype,
+            "{ block_cyclic = { blocks = [5, 7] } }",
+            "{ block_cyclic = { blocks = [7, 3] } }",
+        );
+        (c.algorithm, c.epilog, c.layouts) = ("summa", epilog, layouts);
+        all.push(c);
+    }
     all
 }
 
@@ -312,10 +327,26 @@ fn reference(i: usize, c: &Case) -> Vec<(f64, f64)> {
 
 #[test]
 fn every_algorithm_distribution_and_dtype_at_1_to_4_ranks() {
-    let cases = cases();
-    for p in 1..=4usize {
-        let dir = temp_dir(&format!("matmul{p}"));
-        let spec = write_spec(&dir, &cases);
+    run_and_compare(&cases(), 1..=4, "matmul");
+}
+
+/// SUMMA on a 3x3 grid: two rounds along each grid row and column, chunks whose pieces arrive
+/// in different rounds on different ranks.
+#[test]
+fn summa_on_a_three_by_three_grid() {
+    let cases: Vec<Case> = cases()
+        .into_iter()
+        .filter(|c| c.algorithm == "summa")
+        .collect();
+    assert!(cases.len() >= 5);
+    run_and_compare(&cases, 9..=9, "summa");
+}
+
+/// Runs `cases` at each rank count; every check passes and every result matches the reference.
+fn run_and_compare(cases: &[Case], ranks: std::ops::RangeInclusive<usize>, name: &str) {
+    for p in ranks {
+        let dir = temp_dir(&format!("{name}{p}"));
+        let spec = write_spec(&dir, cases);
         let out = dir.join("run");
         let m = run_ok(p, &spec, &out, &[]);
         for (i, c) in cases.iter().enumerate() {

@@ -220,38 +220,43 @@ impl Backend for Cpu<'_> {
         let block = local::Block {
             at: out.at,
             ld: out.ld,
+            accumulate: out.accumulate,
         };
         if out.dtype == compute {
             local::gemm(compute, (&wa, a.1), (&wb, b.1), alpha, out.buf, block);
             return Ok(());
         }
-        // Rounded to the dtype: the product in the compute type first, then its rows placed.
+        // Rounded to the dtype: the product in the compute type first (plus the block where it
+        // adds to it, rounded once as cuBLAS does with beta = 1), then its rows placed.
         let (m, n) = (a.1.dims().0, b.1.dims().1);
         if m == 0 || n == 0 {
             return Ok(());
         }
+        let size = out.dtype.size() as usize;
+        let row_at = |i: usize| ((out.at.0 + i) * out.ld + out.at.1) * size;
+        let held: Vec<u8> = if out.accumulate {
+            (0..m)
+                .flat_map(|i| &out.buf[row_at(i)..row_at(i) + n * size])
+                .copied()
+                .collect()
+        } else {
+            Vec::new()
+        };
         let mut acc = vec![0u8; m * n * compute.size() as usize];
-        let whole = local::Block { at: (0, 0), ld: n };
+        let whole = local::Block {
+            at: (0, 0),
+            ld: n,
+            accumulate: false,
+        };
         local::gemm(compute, (&wa, a.1), (&wb, b.1), alpha, &mut acc, whole);
-        let mut rounded = vec![0u8; m * n * out.dtype.size() as usize];
-        let none = epilog::Addends {
-            c: None,
+        let mut rounded = vec![0u8; m * n * size];
+        let add = epilog::Addends {
+            c: out.accumulate.then_some((1.0, held.as_slice())),
             bias: None,
         };
-        epilog::finish(
-            compute,
-            &acc,
-            n,
-            out.dtype,
-            &none,
-            None,
-            &mut rounded,
-            false,
-        );
-        let size = out.dtype.size() as usize;
+        epilog::finish(compute, &acc, n, out.dtype, &add, None, &mut rounded, false);
         for (i, row) in rounded.chunks_exact(n * size).enumerate() {
-            let at = ((out.at.0 + i) * out.ld + out.at.1) * size;
-            out.buf[at..at + row.len()].copy_from_slice(row);
+            out.buf[row_at(i)..row_at(i) + row.len()].copy_from_slice(row);
         }
         Ok(())
     }

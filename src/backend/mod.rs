@@ -216,6 +216,9 @@ pub struct Out<'a, T> {
     pub at: (usize, usize),
     /// Elements per row of the matrix.
     pub ld: usize,
+    /// The product adds to the block instead of replacing it (computed in the compute type,
+    /// rounded once; never with a fused epilog).
+    pub accumulate: bool,
     /// An epilog the GEMM applies itself (only where [`Backend::fuses`] said it can).
     pub fused: Option<Fused<'a, T>>,
 }

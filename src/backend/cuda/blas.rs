@@ -258,6 +258,10 @@ impl Cuda<'_> {
         let po = out.buf.data.device_ptr_mut(&self.stream).0
             + ((out.at.0 * ld + out.at.1) * size) as u64;
         if let Some(fused) = &out.fused {
+            anyhow::ensure!(
+                !out.accumulate,
+                "a GEMM with a fused epilog replaces its block"
+            );
             let bias = fused
                 .bias
                 .as_ref()
@@ -274,7 +278,9 @@ impl Cuda<'_> {
                 bias,
             });
         }
-        let (alpha, beta) = (scalar_bytes(kind, alpha), scalar_bytes(kind, (0.0, 0.0)));
+        // Adding to the block: beta = 1.
+        let beta = (f64::from(u8::from(out.accumulate)), 0.0);
+        let (alpha, beta) = (scalar_bytes(kind, alpha), scalar_bytes(kind, beta));
         // SAFETY: the views describe the pieces; the block lies inside `out` (checked); the
         // scalars live through the call (host pointer mode).
         unsafe {

@@ -7,6 +7,9 @@
 //! round 0 is the rank's own piece, which needs no movement. With NVSHMEM (`nvshmem` in the
 //! spec's backends) each round is a put into the receiver's symmetric buffer, by the copy
 //! engines, so the GEMM keeps every SM; otherwise an NCCL exchange.
+//!
+//! SUMMA on a square grid moves whole pieces too, along grid columns (b) and grid rows (a); its
+//! chunks are slices of k that add into one product, the slice held here first.
 
 use super::local::View;
 use crate::backend::{Backend, Rows};
@@ -15,8 +18,9 @@ use crate::ops::exchange::{Custom, Intervals};
 use crate::ops::step::{Movement, Staged};
 use crate::plan::TensorState;
 use anyhow::Result;
+use std::collections::HashMap;
 
-/// How a chunk's piece of the gathered operand arrives.
+/// How a round's piece of an operand arrives.
 pub enum Arrival<B: Backend> {
     /// An exchange (NCCL on the GPU, MPI on the CPU).
     Exchange(Box<Staged<B>>),
@@ -48,37 +52,53 @@ impl<B: Backend> Arrival<B> {
     }
 }
 
+/// One movement of an operand's pieces: every rank queues the rounds in the same order.
+pub struct Round<B: Backend> {
+    /// The operand whose pieces move.
+    pub of: Gathered,
+    pub arrival: Arrival<B>,
+}
+
 /// One piece of the GEMM.
-pub struct Chunk<B: Backend> {
-    /// The piece of a that arrives for this chunk; None: the operand's whole piece.
-    pub a: Option<Arrival<B>>,
-    /// The piece of b, likewise.
-    pub b: Option<Arrival<B>>,
+pub struct Chunk {
+    /// The round whose arrived piece of a this chunk multiplies; None: the operand's own piece.
+    pub a: Option<usize>,
+    /// The round for b, likewise.
+    pub b: Option<usize>,
     /// Views of the two operands as this chunk uses them.
     pub va: View,
     pub vb: View,
     /// Row and column of the product where this chunk's block goes.
     pub at: (usize, usize),
+    /// The block adds to what earlier chunks wrote there (a slice of k) instead of replacing it.
+    pub accumulate: bool,
 }
 
-impl<B: Backend> Chunk<B> {
-    /// Queues the moves this chunk's operands need (a and b as the step's inputs); None when
-    /// it needs none.
-    pub fn fetch(&mut self, b: &B, a_in: &B::Buf, b_in: &B::Buf) -> Result<Option<B::Mark>> {
-        if self.a.is_none() && self.b.is_none() {
-            return Ok(None);
-        }
-        let (ma, mb) = (&mut self.a, &mut self.b);
-        b.side(&mut || {
-            if let Some(s) = ma.as_mut() {
-                s.queue(b, a_in)?;
-            }
-            if let Some(s) = mb.as_mut() {
-                s.queue(b, b_in)?;
-            }
-            Ok(())
-        })
-        .map(Some)
+/// The GEMM in chunks and the rounds that bring their operands.
+pub struct Pipeline<B: Backend> {
+    pub rounds: Vec<Round<B>>,
+    /// In the order they run: each waits only for its own rounds.
+    pub chunks: Vec<Chunk>,
+}
+
+impl<B: Backend> Pipeline<B> {
+    /// Queues every round on the side queue (a and b as the step's inputs); one mark each.
+    pub fn queue(&mut self, b: &B, a_in: &B::Buf, b_in: &B::Buf) -> Result<Vec<B::Mark>> {
+        self.rounds
+            .iter_mut()
+            .map(|round| {
+                let input = match round.of {
+                    Gathered::A => a_in,
+                    Gathered::B => b_in,
+                };
+                b.side(&mut || round.arrival.queue(b, input))
+            })
+            .collect()
+    }
+
+    /// Whether chunks add slices of k into one block (then no epilog fuses into the GEMM).
+    pub fn accumulates(&self) -> bool {
+        self.chunks.iter().any(|c| c.accumulate)
     }
 }
 
@@ -106,25 +126,63 @@ fn view_of(iv: &Option<Intervals>, state: &TensorState, transpose: bool, conjuga
     }
 }
 
+/// The arrival of a round in which every rank q receives the whole piece of rank `sender[q]`
+/// (each rank's piece going to one rank): a put into a symmetric buffer as large as the
+/// largest piece where the backend has one, an exchange otherwise.
+fn arrival<B: Backend>(
+    b: &B,
+    state: &TensorState,
+    pieces: &[Option<Intervals>],
+    sender: &[usize],
+    first: bool,
+) -> Result<Arrival<B>> {
+    let (ranks, rank) = (b.ranks(), b.rank());
+    let elem = state.dtype.size() as usize;
+    let bytes = |iv: &Option<Intervals>| extent(iv, 0) * extent(iv, 1) * elem;
+    let largest = pieces.iter().map(bytes).max().unwrap_or(0);
+    if let Some(buf) = b.symmetric(largest)? {
+        let to = sender
+            .iter()
+            .position(|&s| s == rank)
+            .expect("every rank sends its piece to one rank");
+        return Ok(Arrival::Put { buf, to, first });
+    }
+    let custom = Custom {
+        shape: state.shape.clone(),
+        layout: state.layout,
+        pieces: sender.iter().map(|&s| pieces[s].clone()).collect(),
+    };
+    let m = Movement::to(state, &custom, ranks as u64, rank as u64);
+    let staged = Staged::new(b, m, bytes(&pieces[sender[rank]]))?;
+    Ok(Arrival::Exchange(Box::new(staged)))
+}
+
+/// Every rank's piece of a tensor (None where a rank holds none).
+fn pieces_of(state: &TensorState, ranks: usize) -> Vec<Option<Intervals>> {
+    let placement = Placement::new(&state.dist, &state.shape, ranks as u64);
+    (0..ranks).map(|q| placement.intervals(q as u64)).collect()
+}
+
 /// The ring rounds gathering operand `which` (in `state`, used transposed or not) beside the
-/// other operand's whole piece (`other`); None when some rank's piece is not one block of the
-/// product's free axis with the whole of k (then the operand is gathered in one exchange).
+/// other operand's whole piece (`other`): in round s every rank receives the piece of rank
+/// `me - s`, and chunk s multiplies it (chunk 0 the rank's own). None when some rank's piece is
+/// not one block of the product's free axis with the whole of k (then the operand is gathered
+/// in one exchange).
 pub fn ring<B: Backend>(
     b: &B,
     which: Gathered,
     state: &TensorState,
     (transpose, conjugate): (bool, bool),
     other: View,
-) -> Result<Option<Vec<Chunk<B>>>> {
-    let (ranks, rank) = (b.ranks() as u64, b.rank() as u64);
+) -> Result<Option<Pipeline<B>>> {
+    let (ranks, rank) = (b.ranks(), b.rank());
     // The storage axis along the product's free axis: op(b)'s columns, or op(a)'s rows.
     let free = match which {
         Gathered::B => usize::from(!transpose),
         Gathered::A => usize::from(transpose),
     };
     let k = 1 - free;
-    let placement = Placement::new(&state.dist, &state.shape, ranks);
-    let pieces: Vec<Option<Intervals>> = (0..ranks).map(|q| placement.intervals(q)).collect();
+    let pieces = pieces_of(state, ranks);
     let whole_k = vec![(0, state.shape[k])];
     // Every rank holds a piece (a root-held operand, say, is gathered in one exchange).
     let one_block = pieces.iter().all(|iv| {
@@ -134,56 +192,142 @@ pub fn ring<B: Backend>(
     if ranks < 2 || state.shape.len() != 2 || !one_block {
         return Ok(None);
     }
-    let elem = state.dtype.size() as usize;
-    let largest = pieces
-        .iter()
-        .map(|iv| extent(iv, 0) * extent(iv, 1))
-        .max()
-        .unwrap_or(0);
-    let mut chunks = Vec::new();
+    let (mut rounds, mut chunks) = (Vec::new(), Vec::new());
     for s in 0..ranks {
-        let from = |r: u64| ((r + ranks - s) % ranks) as usize;
+        let from = |r: usize| (r + ranks - s) % ranks;
         let mine = &pieces[from(rank)];
         let view = view_of(mine, state, transpose, conjugate);
         let start = mine
             .as_ref()
             .and_then(|iv| iv[free].first())
             .map_or(0, |&(lo, _)| lo as usize);
-        let moved = if s == 0 {
-            None
-        } else if let Some(buf) = b.symmetric(largest * elem)? {
-            let to = ((rank + s) % ranks) as usize;
-            Some(Arrival::Put {
-                buf,
-                to,
-                first: s == 1,
-            })
-        } else {
-            let custom = Custom {
-                shape: state.shape.clone(),
-                layout: state.layout,
-                pieces: (0..ranks).map(|r| pieces[from(r)].clone()).collect(),
-            };
-            let m = Movement::to(state, &custom, ranks, rank);
-            let bytes = view.rows * view.cols * elem;
-            Some(Arrival::Exchange(Box::new(Staged::new(b, m, bytes)?)))
+        let moved = (s > 0).then_some(rounds.len());
+        if s > 0 {
+            let sender: Vec<usize> = (0..ranks).map(from).collect();
+            let arrival = arrival(b, state, &pieces, &sender, s == 1)?;
+            rounds.push(Round { of: which, arrival });
+        }
+        let (a, vb, va, bm, at) = match which {
+            Gathered::B => (None, view, other, moved, (0, start)),
+            Gathered::A => (moved, other, view, None, (start, 0)),
         };
-        chunks.push(match which {
-            Gathered::B => Chunk {
-                a: None,
-                b: moved,
-                va: other,
-                vb: view,
-                at: (0, start),
-            },
-            Gathered::A => Chunk {
-                a: moved,
-                b: None,
-                va: view,
-                vb: other,
-                at: (start, 0),
-            },
+        chunks.push(Chunk {
+            a,
+            b: bm,
+            va,
+            vb,
+            at,
+            accumulate: false,
         });
     }
-    Ok(Some(chunks))
+    Ok(Some(Pipeline { rounds, chunks }))
+}
+
+/// For every rank, the ranks (in rank order) whose `key` of their piece equals its own.
+fn groups(ranks: usize, key: impl Fn(usize) -> Vec<(u64, u64)>) -> Vec<Vec<usize>> {
+    let mut by_key: HashMap<Vec<(u64, u64)>, Vec<usize>> = HashMap::new();
+    for q in 0..ranks {
+        by_key.entry(key(q)).or_default().push(q);
+    }
+    (0..ranks).map(|q| by_key[&key(q)].clone()).collect()
+}
+
+/// SUMMA for a and b (untransposed) on a square grid of P x P ranks that split k alike: along
+/// each grid row, the k-columns of every rank's piece of a are the k-rows of one rank's piece of
+/// b along the grid column. In rounds t = 1..P every rank sends its piece of b to the rank t
+/// further along its grid column, then its piece of a t further along its grid row; the
+/// product is P chunks, one slice of k each, accumulated: the slice held whole here first, the
+/// others in the order their pieces arrive. None for other grids (the panels are then gathered
+/// in one exchange).
+pub fn summa<B: Backend>(
+    b: &B,
+    sa: &TensorState,
+    sb: &TensorState,
+    conjugate: (bool, bool),
+) -> Result<Option<Pipeline<B>>> {
+    let (ranks, rank) = (b.ranks(), b.rank());
+    let (pa, pb) = (pieces_of(sa, ranks), pieces_of(sb, ranks));
+    let (Some(ia), Some(ib)) = (
+        pa.iter().cloned().collect::<Option<Vec<Intervals>>>(),
+        pb.iter().cloned().collect::<Option<Vec<Intervals>>>(),
+    ) else {
+        return Ok(None);
+    };
+    if ranks < 2 || sa.shape.len() != 2 || sb.shape.len() != 2 {
+        return Ok(None);
+    }
+    // Grid rows: the ranks holding the same rows of a; grid columns: the same columns of b.
+    let (row, col) = (
+        groups(ranks, |q| ia[q][0].clone()),
+        groups(ranks, |q| ib[q][1].clone()),
+    );
+    let p = row[rank].len();
+    // Along q's grid column, the rank whose k-rows of b are the k-columns of a held by `x`.
+    let partner = |q: usize, x: usize| -> Vec<usize> {
+        col[q]
+            .iter()
+            .copied()
+            .filter(|&y| ib[y][0] == ia[x][1])
+            .collect()
+    };
+    let square = (0..ranks).all(|q| {
+        row[q].len() == p && col[q].len() == p && row[q].iter().all(|&x| partner(q, x).len() == 1)
+    });
+    if p < 2 || !square {
+        return Ok(None);
+    }
+    let pos = |group: &[usize], q: usize| group.iter().position(|&x| x == q).unwrap_or(0);
+    // Round 2(t-1) moves b, round 2(t-1)+1 moves a: rank q receives the piece of the rank t
+    // before it in its group.
+    let mut rounds = Vec::new();
+    for t in 1..p {
+        for (of, state, pieces, group) in
+            [(Gathered::B, sb, &pb, &col), (Gathered::A, sa, &pa, &row)]
+        {
+            let sender: Vec<usize> = (0..ranks)
+                .map(|q| group[q][(pos(&group[q], q) + p - t) % p])
+                .collect();
+            let arrival = arrival(b, state, pieces, &sender, rounds.is_empty())?;
+            rounds.push(Round { of, arrival });
+        }
+    }
+    let round = |group: &[usize], x: usize, moves: usize| {
+        let t = (pos(group, rank) + p - pos(group, x)) % p;
+        2 * (t - 1) + moves
+    };
+    let (m, n) = (extent(&pa[rank], 0), extent(&pb[rank], 1));
+    let mut chunks: Vec<Chunk> = row[rank]
+        .iter()
+        .map(|&x| (x, partner(rank, x)[0]))
+        .filter(|&(x, _)| extent(&pa[x], 1) > 0)
+        .map(|(x, y)| {
+            let k = extent(&pa[x], 1);
+            Chunk {
+                a: (x != rank).then(|| round(&row[rank], x, 1)),
+                b: (y != rank).then(|| round(&col[rank], y, 0)),
+                va: View {
+                    rows: m,
+                    cols: k,
+                    layout: sa.layout,
+                    transpose: false,
+                    conjugate: conjugate.0,
+                },
+                vb: View {
+                    rows: k,
+                    cols: n,
+                    layout: sb.layout,
+                    transpose: false,
+                    conjugate: conjugate.1,
+                },
+                at: (0, 0),
+                accumulate: true,
+            }
+        })
+        .collect();
+    // None (held here) before every round; then by the later of the two rounds.
+    chunks.sort_by_key(|c| c.a.max(c.b));
+    if let Some(first) = chunks.first_mut() {
+        first.accumulate = false;
+    }
+    Ok(Some(Pipeline { rounds, chunks }))
 }

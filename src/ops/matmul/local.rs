@@ -84,6 +84,8 @@ pub struct Block {
     pub at: (usize, usize),
     /// Elements per row of the matrix.
     pub ld: usize,
+    /// The product adds to the block instead of replacing it.
+    pub accumulate: bool,
 }
 
 /// The m x n `block` of `out` (compute type) = `alpha * op(a) @ op(b)`, with `a` and `b` in
@@ -154,15 +156,24 @@ fn run<T: ComplexField + Copy + Default>(
         (base + (m - 1) * block.ld + n) * size <= out.len(),
         "the block lies inside the output"
     );
+    // An unaligned output (rare for a Vec<u8>) takes the product in a buffer of its own
+    // (holding the block's values where the product adds to them).
     // SAFETY: T is plain data: any bit pattern is valid.
-    let (head, body, _) = unsafe { out.align_to_mut::<T>() };
-    let aligned = head.is_empty();
-    // An unaligned output (rare for a Vec<u8>) takes the product in a buffer of its own.
-    let mut own = if aligned {
-        Vec::new()
-    } else {
-        vec![T::default(); m * n]
+    let aligned = unsafe { out.align_to::<T>() }.0.is_empty();
+    let at = |i: usize, j: usize| (base + i * block.ld + j) * size;
+    let mut own = match (aligned, block.accumulate) {
+        (true, _) => Vec::new(),
+        (false, false) => vec![T::default(); m * n],
+        (false, true) => (0..m * n)
+            .map(|x| {
+                let p = out[at(x / n, x % n)..].as_ptr() as *const T;
+                // SAFETY: `size` bytes inside `out` (asserted above), read unaligned.
+                unsafe { std::ptr::read_unaligned(p) }
+            })
+            .collect(),
     };
+    // SAFETY: as above.
+    let (_, body, _) = unsafe { out.align_to_mut::<T>() };
     let (dst_ptr, dst_ld) = if aligned {
         // SAFETY: base stays inside `body` (asserted above).
         (unsafe { body.as_mut_ptr().add(base) }, block.ld)
@@ -178,19 +189,23 @@ fn run<T: ComplexField + Copy + Default>(
             MatMut::<T>::from_raw_parts_mut(dst_ptr, m, n, dst_ld as isize, 1),
         )
     };
-    let (par, replace) = (Par::rayon(0), Accum::Replace);
+    let par = Par::rayon(0);
+    let accum = if block.accumulate {
+        Accum::Add
+    } else {
+        Accum::Replace
+    };
     use faer::linalg::matmul::matmul;
     match (a.1.conjugate, b.1.conjugate) {
-        (false, false) => matmul(d, replace, l, r, alpha, par),
-        (true, false) => matmul(d, replace, l.conjugate(), r, alpha, par),
-        (false, true) => matmul(d, replace, l, r.conjugate(), alpha, par),
-        (true, true) => matmul(d, replace, l.conjugate(), r.conjugate(), alpha, par),
+        (false, false) => matmul(d, accum, l, r, alpha, par),
+        (true, false) => matmul(d, accum, l.conjugate(), r, alpha, par),
+        (false, true) => matmul(d, accum, l, r.conjugate(), alpha, par),
+        (true, true) => matmul(d, accum, l.conjugate(), r.conjugate(), alpha, par),
     }
     if !aligned {
         for (i, row) in own.chunks_exact(n).enumerate() {
             for (j, &v) in row.iter().enumerate() {
-                let at = (base + i * block.ld + j) * size;
-                let p = out[at..at + size].as_mut_ptr() as *mut T;
+                let p = out[at(i, j)..at(i, j) + size].as_mut_ptr() as *mut T;
                 // SAFETY: `size` bytes inside `out`, written unaligned.
                 unsafe { std::ptr::write_unaligned(p, v) };
             }
@@ -227,7 +242,11 @@ mod tests {
             conjugate: false,
         };
         let mut out = vec![0u8; 4 * 8];
-        let whole = Block { at: (0, 0), ld: 2 };
+        let whole = Block {
+            at: (0, 0),
+            ld: 2,
+            accumulate: false,
+        };
         gemm(DType::F64, (&a, va), (&b, vb), (2.0, 0.0), &mut out, whole);
         let got: Vec<f64> = out
             .chunks_exact(8)
@@ -235,6 +254,46 @@ mod tests {
             .collect();
         // op(a) @ b = [[6, 8], [8, 10]], times 2.
         assert_eq!(got, [12., 16., 16., 20.]);
+    }
+
+    #[test]
+    fn accumulating_blocks_add_to_what_is_there() {
+        // [[1, 2]] @ [[3], [4]] = 11, added to 5 at (0, 1) of a 1x2 matrix; (0, 0) untouched.
+        let va = View {
+            rows: 1,
+            cols: 2,
+            layout: Layout::C,
+            transpose: false,
+            conjugate: false,
+        };
+        let vb = View {
+            rows: 2,
+            cols: 1,
+            ..va
+        };
+        for offset in [0, 1] {
+            // An unaligned output too (its own buffer, read first).
+            let mut out = vec![0u8; offset];
+            out.extend(bytes(&[7., 5.]));
+            let block = Block {
+                at: (0, 1),
+                ld: 2,
+                accumulate: true,
+            };
+            gemm(
+                DType::F64,
+                (&bytes(&[1., 2.]), va),
+                (&bytes(&[3., 4.]), vb),
+                (1.0, 0.0),
+                &mut out[offset..],
+                block,
+            );
+            let got: Vec<f64> = out[offset..]
+                .chunks_exact(8)
+                .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+                .collect();
+            assert_eq!(got, [7., 16.], "offset {offset}");
+        }
     }
 
     #[test]
@@ -249,7 +308,11 @@ mod tests {
             conjugate: false,
         };
         let mut out = bytes(&[1., 1., 1., 1., 1., 1.]);
-        let block = Block { at: (1, 2), ld: 3 };
+        let block = Block {
+            at: (1, 2),
+            ld: 3,
+            accumulate: false,
+        };
         gemm(
             DType::F64,
             (&one, v),

@@ -24,7 +24,7 @@ use crate::plan::matmul::MatmulChoice;
 use crate::spec::step::{Epilog, Matmul, MatmulAlgorithm};
 use crate::spec::tensor::{Axis, Distribution, Layout};
 use anyhow::Result;
-use chunks::{Chunk, Gathered};
+use chunks::{Gathered, Pipeline};
 use local::View;
 
 /// An operand moved (when needed) to the piece the algorithm multiplies.
@@ -125,7 +125,7 @@ pub struct PreparedMatmul<B: Backend> {
     bias: Option<Operand<B>>,
     reduction: Reduction,
     /// The GEMM in pieces overlapping the movement of their operands; None: one GEMM.
-    chunks: Option<Vec<Chunk<B>>>,
+    chunks: Option<Pipeline<B>>,
     /// The GEMM writes the result itself (no reduction, addend or activation follows).
     direct: bool,
     /// The GEMM also applies the epilog (cuBLASLt's), bias and activation.
@@ -230,14 +230,18 @@ impl<B: Backend> PreparedMatmul<B> {
         };
         let (gather_a, gather_b) = (gathers(&target_a, sa), gathers(&target_b, sb));
         let (mut a, mut bop) = (None, None);
-        let chunks = match (gather_a, gather_b) {
-            (true, false) => {
+        let chunks = match (choice.algorithm, gather_a, gather_b) {
+            (MatmulAlgorithm::Summa, ..) => {
+                let conjugate = (step.conjugate_a, step.conjugate_b);
+                chunks::summa(b, sa, sb, conjugate)?
+            }
+            (_, true, false) => {
                 let other = Operand::new(b, sb, target_b.clone(), tb, step.conjugate_b)?;
                 let view = other.view;
                 bop = Some(other);
                 chunks::ring(b, Gathered::A, sa, (ta, step.conjugate_a), view)?
             }
-            (false, true) => {
+            (_, false, true) => {
                 let other = Operand::new(b, sa, target_a.clone(), ta, step.conjugate_a)?;
                 let view = other.view;
                 a = Some(other);
@@ -272,8 +276,12 @@ impl<B: Backend> PreparedMatmul<B> {
         };
         let compute = local::compute_dtype(sa.dtype);
         let csize = compute.size() as usize;
+        // Slices of k add into the product (a result in a half type is then rounded once per
+        // slice), the epilog once after the last.
+        let accumulates = chunks.as_ref().is_some_and(|p| p.accumulates());
         let fused = matches!(reduction, Reduction::None)
             && step.c.is_none()
+            && !accumulates
             && fusable(step.epilog, out.layout, &rows, keep_pre)
                 .is_some_and(|e| b.fuses(sa.dtype, e));
         let direct = matches!(reduction, Reduction::None)
@@ -400,20 +408,18 @@ impl<B: Backend> PreparedMatmul<B> {
                 (pb, vb),
                 alpha,
                 (target, tdtype, layout, dims),
-                (0, 0),
+                ((0, 0), false),
                 fused,
             )?,
-            Some(chunks) => {
-                let marks = chunks
-                    .iter_mut()
-                    .map(|c| c.fetch(b, inputs[0], inputs[1]))
-                    .collect::<Result<Vec<_>>>()?;
-                for (c, mark) in chunks.iter().zip(&marks) {
-                    if let Some(mark) = mark {
-                        b.wait(mark)?;
+            Some(pipeline) => {
+                let marks = pipeline.queue(b, inputs[0], inputs[1])?;
+                let rounds = &pipeline.rounds;
+                for c in &pipeline.chunks {
+                    for r in [c.a, c.b].into_iter().flatten() {
+                        b.wait(&marks[r])?;
                     }
-                    let ca = c.a.as_ref().map_or(pa, |s| s.piece());
-                    let cb = c.b.as_ref().map_or(pb, |s| s.piece());
+                    let ca = c.a.map_or(pa, |r| rounds[r].arrival.piece());
+                    let cb = c.b.map_or(pb, |r| rounds[r].arrival.piece());
                     gemm_block(
                         b,
                         dtype,
@@ -421,7 +427,7 @@ impl<B: Backend> PreparedMatmul<B> {
                         (cb, c.vb),
                         alpha,
                         (&mut *target, tdtype, layout, dims),
-                        c.at,
+                        (c.at, c.accumulate),
                         fused,
                     )?;
                 }
@@ -524,8 +530,9 @@ fn fusable(epilog: Option<Epilog>, layout: Layout, rows: &[u64], keep_pre: bool)
 }
 
 /// The block at `at` of the product (rows x cols `dims`, stored in `layout`) =
-/// `alpha * op(a) @ op(b)`: a column-major product is the row-major product of the transposed
-/// operands. A fused epilog's bias entry is the one of the product's first row.
+/// `alpha * op(a) @ op(b)` (added to the block where `accumulate`): a column-major product is
+/// the row-major product of the transposed operands. A fused epilog's bias entry is the one of
+/// the product's first row.
 #[allow(clippy::too_many_arguments)]
 fn gemm_block<B: Backend>(
     b: &B,
@@ -539,7 +546,7 @@ fn gemm_block<B: Backend>(
         Layout,
         (usize, usize),
     ),
-    at: (usize, usize),
+    (at, accumulate): ((usize, usize), bool),
     fused: Option<Fused<'_, B::Buf>>,
 ) -> Result<()> {
     // The block's columns are the product's rows in Fortran order (the only layout whose
@@ -562,6 +569,7 @@ fn gemm_block<B: Backend>(
         dtype: tdtype,
         at,
         ld,
+        accumulate,
         fused,
     };
     b.gemm(dtype, first, second, alpha, out)
