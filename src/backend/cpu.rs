@@ -390,6 +390,14 @@ impl Backend for Cpu<'_> {
         anyhow::bail!("the CPU backend has no symmetric buffers to put into")
     }
 
+    fn signal(&self, _flags: &Vec<u8>, _at: usize, _value: u32, _peer: usize) -> Result<()> {
+        anyhow::bail!("the CPU backend has no symmetric buffers to signal into")
+    }
+
+    fn wait_signal(&self, _flags: &Vec<u8>, _at: usize, _value: u32) -> Result<()> {
+        anyhow::bail!("the CPU backend has no symmetric buffers to signal into")
+    }
+
     fn barrier(&self) -> Result<()> {
         self.comm.barrier()
     }

@@ -190,6 +190,14 @@ pub trait Backend {
     /// Queued where it is called (the main queue, or inside a `side` stretch): work after it
     /// waits for every rank to get here, with every put queued before it delivered.
     fn put_barrier(&self) -> Result<()>;
+    /// Queues a signal to rank `peer`: the u32 at byte `at` of the symmetric `flags` there
+    /// becomes `value` once everything queued before it on the current queue is done, puts
+    /// included. Unlike [`Backend::put_barrier`] it needs no SM, so a GEMM holding them all on
+    /// either side does not delay it.
+    fn signal(&self, flags: &Self::Buf, at: usize, value: u32, peer: usize) -> Result<()>;
+    /// Makes the main queue wait until the u32 at byte `at` of this rank's symmetric `flags` is
+    /// at least `value` (see [`Backend::signal`]).
+    fn wait_signal(&self, flags: &Self::Buf, at: usize, value: u32) -> Result<()>;
     /// Waits for every rank.
     fn barrier(&self) -> Result<()>;
     /// Waits for the device to finish queued work.

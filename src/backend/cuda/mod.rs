@@ -801,6 +801,20 @@ impl Backend for Cuda<'_> {
         Ok(())
     }
 
+    fn signal(&self, flags: &Self::Buf, at: usize, value: u32, peer: usize) -> Result<()> {
+        let (Some(nv), Some(sym)) = (&self.nvshmem, &flags.sym) else {
+            bail!("a signal needs NVSHMEM and a symmetric buffer");
+        };
+        nv.signal_on_stream(sym, at, value, peer, self.st())
+    }
+
+    fn wait_signal(&self, flags: &Self::Buf, at: usize, value: u32) -> Result<()> {
+        let (Some(nv), Some(sym)) = (&self.nvshmem, &flags.sym) else {
+            bail!("a signal needs NVSHMEM and a symmetric buffer");
+        };
+        nv.wait_on_stream(sym, at, value, &self.stream)
+    }
+
     fn barrier(&self) -> Result<()> {
         self.stream.synchronize()?;
         self.comm.barrier()

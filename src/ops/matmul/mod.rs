@@ -416,7 +416,7 @@ impl<B: Backend> PreparedMatmul<B> {
                 let rounds = &pipeline.rounds;
                 for c in &pipeline.chunks {
                     for r in [c.a, c.b].into_iter().flatten() {
-                        b.wait(&marks[r])?;
+                        pipeline.wait(b, r, &marks)?;
                     }
                     let ca = c.a.map_or(pa, |r| rounds[r].arrival.piece());
                     let cb = c.b.map_or(pb, |r| rounds[r].arrival.piece());
@@ -431,6 +431,7 @@ impl<B: Backend> PreparedMatmul<B> {
                         fused,
                     )?;
                 }
+                pipeline.finish(b, &marks)?;
             }
         }
         if self.direct {

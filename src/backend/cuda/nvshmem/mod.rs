@@ -14,8 +14,9 @@ use crate::runtime::comm::Comm;
 use anyhow::{Result, anyhow, bail, ensure};
 use cudarc::driver::CudaStream;
 use cudarc::driver::sys::{
-    CUDA_MEMCPY2D, CUdevice_attribute, CUmemorytype, cuMemcpy2DAsync_v2 as cuMemCpy2D,
-    cuMemcpyDtoDAsync_v2,
+    CUDA_MEMCPY2D, CUdevice_attribute, CUmemorytype, CUstreamWaitValue_flags,
+    cuMemcpy2DAsync_v2 as cuMemCpy2D, cuMemcpyDtoDAsync_v2, cuStreamWaitValue32_v2,
+    cuStreamWriteValue32_v2,
 };
 use std::ffi::{OsStr, c_void};
 use std::path::{Path, PathBuf};
@@ -752,12 +753,11 @@ impl<'a> Nvshmem<'a> {
 
     /// Queues on `stream` a copy of `rows` from this GPU's `src_ptr` into `dst` from `dst_off`
     /// on rank `pe`. To a rank mapped into this GPU's address space (NVLink, PCIe:
-    /// `nvshmem_ptr`) the copy engines take the rows in one copy (contiguous, or 2-D);
-    /// `nvshmemx_putmem_on_stream` moved 128 MiB at 80 GB/s on H200s where the copy engines
-    /// reach 390 (bench/RESULTS.md). Otherwise one `nvshmemx_putmem_on_stream` per row (one for
-    /// contiguous rows). When the stream passes it, `src` may be reused;
-    /// the data is known to have arrived at `pe` only after [`Nvshmem::barrier_all_on_stream`]
-    /// on the same stream.
+    /// `nvshmem_ptr`) the copy engines take the rows in one copy (contiguous, or 2-D): they need
+    /// no SM, which a GEMM beside may hold all of. Otherwise one `nvshmemx_putmem_on_stream` per
+    /// row (one for contiguous rows). When the stream passes it, `src` may be reused; the data
+    /// is known to have arrived at `pe` after [`Nvshmem::barrier_all_on_stream`] or
+    /// [`Nvshmem::signal_on_stream`] on the same stream.
     ///
     /// # Safety
     ///
@@ -830,6 +830,50 @@ impl<'a> Nvshmem<'a> {
         // SAFETY: both sides device memory of the checked extents (the destination mapped
         // into this context by NVSHMEM); `raw` is a live stream of this context.
         unsafe { cuMemCpy2D(&copy, raw) }.result()?;
+        Ok(())
+    }
+
+    /// Queues on `stream` a signal to rank `pe`: the u32 at byte `at` of `flags` there becomes
+    /// `value` once the work queued before it on `stream` is done, puts included (a stream
+    /// memory operation, which needs no SM). Only to a rank mapped into this GPU's address space.
+    pub fn signal_on_stream(
+        &self,
+        flags: &SymBuf,
+        at: usize,
+        value: u32,
+        pe: usize,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        self.check_put(flags, at, 4, pe)?;
+        // SAFETY: an address inside a symmetric buffer; NULL where `pe` is not mapped here.
+        let mapped = unsafe {
+            self.lib()
+                .nvshmem_ptr((flags.ptr as usize + at) as *const c_void, pe as i32)
+        };
+        ensure!(
+            !mapped.is_null(),
+            "PE {pe} is not mapped here: no signal to it"
+        );
+        // SAFETY: four bytes inside the peer's symmetric buffer, mapped into this context; the
+        // default flags order the write after the stream's earlier work and its memory.
+        unsafe { cuStreamWriteValue32_v2(stream.cu_stream(), mapped as u64, value, 0) }.result()?;
+        Ok(())
+    }
+
+    /// Makes `stream` wait until the u32 at byte `at` of this rank's `flags` is at least `value`
+    /// (in wrapping order), as set by [`Nvshmem::signal_on_stream`].
+    pub fn wait_on_stream(
+        &self,
+        flags: &SymBuf,
+        at: usize,
+        value: u32,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        ensure!(at + 4 <= flags.len, "a signal past its buffer");
+        let geq = CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32;
+        let addr = flags.ptr + at as u64;
+        // SAFETY: four bytes of this GPU's symmetric memory; `stream` belongs to this GPU.
+        unsafe { cuStreamWaitValue32_v2(stream.cu_stream(), addr, value, geq) }.result()?;
         Ok(())
     }
 
