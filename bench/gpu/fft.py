@@ -2,7 +2,7 @@
 (cupy.fft.fftn), measured in the same command.
 
     python bench/gpu/fft.py [--bin target/release/distrun] [--ranks 2 4] [--n 1024]
-                            [--via nccl nvshmem] [--reshape false true]
+                            [--via nccl nvshmem] [--reshape false true] [--iterations 10]
 
 `--via nccl`: the transposes move by NCCL all-to-all; `nvshmem`: the spec's backends add
 nvshmem, and the transpose from x-slabs moves by puts (copy engines) into symmetric buffers.
@@ -40,13 +40,13 @@ def single_gpu(n):
     return t
 
 
-def spec(n, reshape, via):
+def spec(n, reshape, via, iterations=10):
     backends = '["nccl", "nvshmem"]' if via == "nvshmem" else '["nccl"]'
     return (f'[job]\nname = "bench-fft"\n[runtime]\ndevice = "cuda"\nbackends = {backends}\n'
             f'[tensors.x]\nshape = [{n}, {n}, {n}]\ndtype = "c64"\ndistribution = {{ slab = "x" }}\n'
             'init = { uniform = { low = -1.0, high = 1.0 } }\n'
             f'[[steps]]\nop = "fft"\ninput = "x"\nout = "y"\nreshape = {str(reshape).lower()}\n'
-            "warmup = 2\niterations = 10\n[output]\ntensors = []\n")
+            f"warmup = 2\niterations = {iterations}\n[output]\ntensors = []\n")
 
 
 def main():
@@ -56,6 +56,7 @@ def main():
     ap.add_argument("--n", type=int, default=1024)
     ap.add_argument("--via", nargs="+", default=["nccl", "nvshmem"], choices=["nccl", "nvshmem"])
     ap.add_argument("--reshape", nargs="+", default=["false", "true"], choices=["false", "true"])
+    ap.add_argument("--iterations", type=int, default=10)
     args = ap.parse_args()
     work = pathlib.Path(tempfile.mkdtemp())
     one = single_gpu(args.n)
@@ -65,7 +66,7 @@ def main():
     for p in args.ranks:
         for via, reshape in ((v, r == "true") for v in args.via for r in args.reshape):
             path = work / f"fft-{p}-{via}-{reshape}.toml"
-            path.write_text(spec(args.n, reshape, via))
+            path.write_text(spec(args.n, reshape, via, args.iterations))
             out = work / f"run-{p}-{via}-{reshape}"
             r = subprocess.run(["mpiexec", "-n", str(p), args.bin, "run", str(path), "--out", str(out), "-q"],
                                env=ENV, capture_output=True, text=True)

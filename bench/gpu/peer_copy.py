@@ -1,0 +1,122 @@
+"""How fast can every GPU of the machine send to all the others at once: the ceiling of an
+all-to-all transpose (the slab FFT's, the puts of an all_to_all step), by each way of moving.
+
+    python bench/gpu/peer_copy.py [--mib 512] [--iters 10]
+
+One process drives every GPU (peer access on). Each GPU sends `--mib` MiB to each peer, all GPUs
+at once; the figure is the bytes leaving one GPU per second (nccl-tests' busbw of all_to_all).
+Ways: copy engines, one stream per GPU (peers in ring order, as distrun's puts) or one stream
+per peer; the same as 2-D copies shaped like the FFT's way back (256 KiB rows); and an SM kernel
+writing into the peers, with a few block counts (it takes SMs from whatever else runs).
+"""
+import argparse
+import time
+
+import cupy as cp
+
+KERNEL = cp.RawKernel(r"""
+extern "C" __global__ void copy2d(const int4* src, int4* dst, unsigned long long width,
+                                   unsigned long long height, unsigned long long spitch,
+                                   unsigned long long dpitch) {
+    for (unsigned long long row = blockIdx.y; row < height; row += gridDim.y)
+        for (unsigned long long i = blockIdx.x * blockDim.x + threadIdx.x; i < width;
+             i += (unsigned long long)gridDim.x * blockDim.x)
+            dst[row * dpitch + i] = src[row * spitch + i];
+}
+""", "copy2d")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mib", type=int, default=512)
+    ap.add_argument("--iters", type=int, default=10)
+    args = ap.parse_args()
+    n = cp.cuda.runtime.getDeviceCount()
+    part = args.mib << 20
+    rt = cp.cuda.runtime
+    src, dst, streams = [], [], []
+    for i in range(n):
+        with cp.cuda.Device(i):
+            for j in range(n):
+                if j != i:
+                    try:
+                        rt.deviceEnablePeerAccess(j)
+                    except rt.CUDARuntimeError:
+                        pass
+            src.append(cp.ones(n * part, dtype=cp.uint8))
+            dst.append(cp.zeros(n * part, dtype=cp.uint8))
+            streams.append([cp.cuda.Stream(non_blocking=True) for _ in range(n)])
+
+    def sync():
+        for i in range(n):
+            with cp.cuda.Device(i):
+                cp.cuda.Device(i).synchronize()
+
+    def measure(issue):
+        for _ in range(2):
+            issue()
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(args.iters):
+            issue()
+        sync()
+        t = (time.perf_counter() - t0) / args.iters
+        return (n - 1) * part / t / 1e9
+
+    def peers(i):
+        return [(i + k) % n for k in range(1, n)]
+
+    def ce(per_peer):
+        def issue():
+            for i in range(n):
+                with cp.cuda.Device(i):
+                    for k, q in enumerate(peers(i)):
+                        s = streams[i][k if per_peer else 0]
+                        rt.memcpyPeerAsync(dst[q].data.ptr + i * part, q, src[i].data.ptr + q * part, i,
+                                           part, s.ptr)
+        return issue
+
+    # The FFT way back on 4 GPUs: rows of 256 KiB, source pitch 4x wider, destination 4x too.
+    width = 256 << 10
+    height = part // width
+
+    def ce2d(per_peer):
+        def issue():
+            for i in range(n):
+                with cp.cuda.Device(i):
+                    for k, q in enumerate(peers(i)):
+                        s = streams[i][k if per_peer else 0]
+                        rt.memcpy2DAsync(dst[q].data.ptr + i * width, n * width,
+                                         src[i].data.ptr + q * width, n * width, width, height,
+                                         rt.memcpyDefault, s.ptr)
+        return issue
+
+    def sm(blocks, per_peer):
+        def issue():
+            for i in range(n):
+                with cp.cuda.Device(i):
+                    for k, q in enumerate(peers(i)):
+                        s = streams[i][k if per_peer else 0]
+                        with s:
+                            KERNEL((blocks, 8), (512,),
+                                   (src[i].data.ptr + q * width, dst[q].data.ptr + i * width,
+                                    cp.uint64(width // 16), cp.uint64(height), cp.uint64(n * width // 16),
+                                    cp.uint64(n * width // 16)))
+        return issue
+
+    print(f"{n} GPUs, {args.mib} MiB to each peer; GB/s leaving each GPU (all at once)")
+    print("| way | GB/s |")
+    print("| --- | --- |")
+    for name, issue in [
+        ("copy engines, one stream, contiguous", ce(False)),
+        ("copy engines, stream per peer, contiguous", ce(True)),
+        ("copy engines, one stream, 2-D 256 KiB rows", ce2d(False)),
+        ("copy engines, stream per peer, 2-D 256 KiB rows", ce2d(True)),
+        *[(f"SM kernel {b}x8 blocks per peer, stream per peer, 2-D", sm(b, True)) for b in (2, 4, 8, 16)],
+        ("SM kernel 8x8 blocks, one stream, 2-D", sm(8, False)),
+    ]:
+        print(f"| {name} | {measure(issue):.1f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
