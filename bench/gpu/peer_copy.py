@@ -104,6 +104,26 @@ def main():
                                     cp.uint64(n * width // 16)))
         return issue
 
+    def mixed(sm_share, blocks):
+        # The first rows of each peer's part by an SM kernel, the rest by the copy engines, at once.
+        sm_rows = int(height * sm_share)
+
+        def issue():
+            for i in range(n):
+                with cp.cuda.Device(i):
+                    for k, q in enumerate(peers(i)):
+                        s = streams[i][k]
+                        rt.memcpy2DAsync(dst[q].data.ptr + i * width + sm_rows * n * width, n * width,
+                                         src[i].data.ptr + q * width + sm_rows * n * width, n * width,
+                                         width, height - sm_rows, rt.memcpyDefault, s.ptr)
+                    for k, q in enumerate(peers(i)):
+                        with streams[i][n - 1]:
+                            KERNEL((blocks, 8), (512,),
+                                   (src[i].data.ptr + q * width, dst[q].data.ptr + i * width,
+                                    cp.uint64(width // 16), cp.uint64(sm_rows), cp.uint64(n * width // 16),
+                                    cp.uint64(n * width // 16)))
+        return issue
+
     print(f"{n} GPUs, {args.mib} MiB to each peer; GB/s leaving each GPU (all at once)")
     print("| way | GB/s |")
     print("| --- | --- |")
@@ -114,6 +134,8 @@ def main():
         ("copy engines, stream per peer, 2-D 256 KiB rows", ce2d(True)),
         *[(f"SM kernel {b}x8 blocks per peer, stream per peer, 2-D", sm(b, True)) for b in (2, 4, 8, 16)],
         ("SM kernel 8x8 blocks, one stream, 2-D", sm(8, False)),
+        *[(f"copy engines and SM kernel ({int(f * 100)}% of rows, {b}x8 blocks) at once", mixed(f, b))
+          for f, b in ((0.1, 4), (0.2, 8), (0.3, 16))],
     ]:
         print(f"| {name} | {measure(issue):.1f} |", flush=True)
 
