@@ -276,8 +276,8 @@ impl<B: Backend> PreparedMatmul<B> {
         };
         let compute = local::compute_dtype(sa.dtype);
         let csize = compute.size() as usize;
-        // Slices of k add into the product (a result in a half type is then rounded once per
-        // slice), the epilog once after the last.
+        // Slices of k add into the product (written straight into a half-type result, they
+        // round it once per slice); the epilog comes once, after the last.
         let accumulates = chunks.as_ref().is_some_and(|p| p.accumulates());
         let fused = matches!(reduction, Reduction::None)
             && step.c.is_none()
