@@ -279,6 +279,47 @@ fn groups(ranks: usize, key: impl Fn(usize) -> Vec<(u64, u64)>) -> Vec<Vec<usize
     (0..ranks).map(|q| by_key[&key(q)].clone()).collect()
 }
 
+/// A square grid of ranks read off every rank's pieces of a and b, as SUMMA in rounds needs it.
+#[derive(Debug)]
+struct Grid {
+    /// For every rank, its grid row (the ranks holding the same rows of a) and its grid column
+    /// (the same columns of b), in rank order.
+    row: Vec<Vec<usize>>,
+    col: Vec<Vec<usize>>,
+    /// For every rank q and the i-th rank x of its grid row: the rank of q's grid column whose
+    /// k-rows of b are the k-columns of a that x holds.
+    partner: Vec<Vec<usize>>,
+}
+
+impl Grid {
+    /// The grid of the pieces `ia` of a and `ib` of b (per rank: rows and columns); None unless
+    /// it is square, of side 2 or more, and splits k alike along its rows and columns.
+    fn of(ia: &[Intervals], ib: &[Intervals]) -> Option<Grid> {
+        let ranks = ia.len();
+        let (row, col) = (
+            groups(ranks, |q| ia[q][0].clone()),
+            groups(ranks, |q| ib[q][1].clone()),
+        );
+        let p = row.first()?.len();
+        let partner: Vec<Vec<usize>> = (0..ranks)
+            .map(|q| {
+                row[q]
+                    .iter()
+                    .map(|&x| {
+                        let mut found = col[q].iter().copied().filter(|&y| ib[y][0] == ia[x][1]);
+                        match (found.next(), found.next()) {
+                            (Some(y), None) => Some(y),
+                            _ => None,
+                        }
+                    })
+                    .collect::<Option<Vec<usize>>>()
+            })
+            .collect::<Option<_>>()?;
+        let square = (0..ranks).all(|q| row[q].len() == p && col[q].len() == p);
+        (p >= 2 && square).then_some(Grid { row, col, partner })
+    }
+}
+
 /// SUMMA for a and b (untransposed) on a square grid of P x P ranks that split k alike: along
 /// each grid row, the k-columns of every rank's piece of a are the k-rows of one rank's piece of
 /// b along the grid column. In rounds t = 1..P every rank sends its piece of b to the rank t
@@ -303,26 +344,10 @@ pub fn summa<B: Backend>(
     if ranks < 2 || sa.shape.len() != 2 || sb.shape.len() != 2 {
         return Ok(None);
     }
-    // Grid rows: the ranks holding the same rows of a; grid columns: the same columns of b.
-    let (row, col) = (
-        groups(ranks, |q| ia[q][0].clone()),
-        groups(ranks, |q| ib[q][1].clone()),
-    );
-    let p = row[rank].len();
-    // Along q's grid column, the rank whose k-rows of b are the k-columns of a held by `x`.
-    let partner = |q: usize, x: usize| -> Vec<usize> {
-        col[q]
-            .iter()
-            .copied()
-            .filter(|&y| ib[y][0] == ia[x][1])
-            .collect()
-    };
-    let square = (0..ranks).all(|q| {
-        row[q].len() == p && col[q].len() == p && row[q].iter().all(|&x| partner(q, x).len() == 1)
-    });
-    if p < 2 || !square {
+    let Some(Grid { row, col, partner }) = Grid::of(&ia, &ib) else {
         return Ok(None);
-    }
+    };
+    let p = row[rank].len();
     let pos = |group: &[usize], q: usize| group.iter().position(|&x| x == q).unwrap_or(0);
     // Round 2(t-1) moves b, round 2(t-1)+1 moves a: rank q receives the piece of the rank t
     // before it in its group.
@@ -345,7 +370,8 @@ pub fn summa<B: Backend>(
     let (m, n) = (extent(&pa[rank], 0), extent(&pb[rank], 1));
     let mut chunks: Vec<Chunk> = row[rank]
         .iter()
-        .map(|&x| (x, partner(rank, x)[0]))
+        .copied()
+        .zip(partner[rank].iter().copied())
         .filter(|&(x, _)| extent(&pa[x], 1) > 0)
         .map(|(x, y)| {
             let k = extent(&pa[x], 1);
@@ -377,4 +403,59 @@ pub fn summa<B: Backend>(
         first.accumulate = false;
     }
     Pipeline::new(b, rounds, chunks).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::tensor::{BlockCyclicSpec, Distribution, GridLayout};
+
+    /// Every rank's pieces of an m x k a and a k x n b, block-cyclic with these blocks.
+    fn pieces(
+        ranks: u64,
+        (m, k, n): (u64, u64, u64),
+        (a, b): ([u64; 2], [u64; 2]),
+    ) -> (Vec<Intervals>, Vec<Intervals>) {
+        let of = |shape: [u64; 2], blocks: [u64; 2]| {
+            let dist = Distribution::BlockCyclic(BlockCyclicSpec {
+                grid: None,
+                blocks: blocks.to_vec(),
+                grid_layout: GridLayout::ColMajor,
+                first: None,
+            });
+            let p = Placement::new(&dist, &shape, ranks);
+            (0..ranks).map(|q| p.intervals(q).unwrap()).collect()
+        };
+        (of([m, k], a), of([k, n], b))
+    }
+
+    #[test]
+    fn square_grids_that_split_k_alike_make_a_summa_grid() {
+        for (ranks, side) in [(4, 2), (9, 3)] {
+            let (ia, ib) = pieces(ranks, (37, 29, 23), ([5, 7], [7, 3]));
+            let grid = Grid::of(&ia, &ib).expect("a square grid");
+            for q in 0..ranks as usize {
+                assert_eq!(grid.row[q].len(), side);
+                assert!(grid.row[q].contains(&q) && grid.col[q].contains(&q));
+                // Each partner holds, along q's grid column, the k-rows of b that its row
+                // peer holds as k-columns of a.
+                for (&x, &y) in grid.row[q].iter().zip(&grid.partner[q]) {
+                    assert!(grid.col[q].contains(&y));
+                    assert_eq!(ib[y][0], ia[x][1]);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn other_grids_gather_their_panels_instead() {
+        // 2 and 3 ranks: 2x1 and 3x1 grids, not square.
+        for ranks in [2, 3] {
+            let (ia, ib) = pieces(ranks, (37, 29, 23), ([5, 7], [7, 3]));
+            assert!(Grid::of(&ia, &ib).is_none(), "{ranks} ranks");
+        }
+        // a's k blocks (7) differ from b's (6): no rank of b's grid column holds a's k-columns.
+        let (ia, ib) = pieces(4, (37, 29, 23), ([5, 7], [6, 3]));
+        assert!(Grid::of(&ia, &ib).is_none());
+    }
 }
