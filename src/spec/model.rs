@@ -54,7 +54,7 @@ pub struct Runtime {
     #[serde(default)]
     pub device_map: DeviceMap,
     /// Communication backends: a subset of nccl, nvshmem (cuda) or mpi (cpu).
-    /// Default: cuda -> [nccl], cpu -> [mpi].
+    /// Default: cuda -> `["nccl"]`, cpu -> `["mpi"]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1), extend("uniqueItems" = true))]
     pub backends: Option<Vec<CommBackend>>,

@@ -66,7 +66,7 @@ fn middle(step: &Fft, input: &TensorState, out: &TensorState, s0: usize) -> Tens
 }
 
 /// Symmetric-heap bytes an FFT from `input` to `out` takes where puts move its transposes (see
-/// [`batched`] and [`back`]): when it works from x-slabs, the largest y-slab piece over `ranks`,
+/// `batched.rs` and `back.rs`): when it works from x-slabs, the largest y-slab piece over `ranks`,
 /// and the largest x-slab piece too when the result goes back to x-slabs.
 pub fn symmetric_room(step: &Fft, input: &TensorState, out: &TensorState, ranks: usize) -> usize {
     let nd = input.shape.len();
