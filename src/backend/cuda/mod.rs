@@ -367,6 +367,18 @@ impl<'a> Cuda<'a> {
         Ok(table.device_ptr(&self.stream).0)
     }
 
+    /// NVSHMEM and `buf`'s place on its heap, which `what` (a put, a signal) needs.
+    fn on_heap<'b>(
+        &'b self,
+        buf: &'b DevBuf,
+        what: &str,
+    ) -> Result<(&'b nvshmem::Nvshmem<'a>, &'b nvshmem::SymBuf)> {
+        match (&self.nvshmem, &buf.sym) {
+            (Some(nv), Some(sym)) => Ok((nv, sym)),
+            _ => bail!("{what} needs NVSHMEM and a symmetric buffer"),
+        }
+    }
+
     /// The stream data movement goes to now: the side stream inside a `side` stretch.
     fn st(&self) -> &Arc<CudaStream> {
         if self.on_side.get() {
@@ -780,9 +792,7 @@ impl Backend for Cuda<'_> {
         if rows.width == 0 || rows.height == 0 {
             return Ok(());
         }
-        let (Some(nv), Some(sym)) = (&self.nvshmem, &dst.sym) else {
-            bail!("a put needs NVSHMEM and a symmetric destination");
-        };
+        let (nv, sym) = self.on_heap(dst, "a put")?;
         anyhow::ensure!(
             at + rows.span(rows.src_pitch) <= src.len,
             "a put reads past its source"
@@ -802,16 +812,12 @@ impl Backend for Cuda<'_> {
     }
 
     fn signal(&self, flags: &Self::Buf, at: usize, value: u32, peer: usize) -> Result<()> {
-        let (Some(nv), Some(sym)) = (&self.nvshmem, &flags.sym) else {
-            bail!("a signal needs NVSHMEM and a symmetric buffer");
-        };
+        let (nv, sym) = self.on_heap(flags, "a signal")?;
         nv.signal_on_stream(sym, at, value, peer, self.st())
     }
 
     fn wait_signal(&self, flags: &Self::Buf, at: usize, value: u32) -> Result<()> {
-        let (Some(nv), Some(sym)) = (&self.nvshmem, &flags.sym) else {
-            bail!("a signal needs NVSHMEM and a symmetric buffer");
-        };
+        let (nv, sym) = self.on_heap(flags, "a signal")?;
         nv.wait_on_stream(sym, at, value, &self.stream)
     }
 

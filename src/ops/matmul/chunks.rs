@@ -334,6 +334,9 @@ pub fn summa<B: Backend>(
     conjugate: (bool, bool),
 ) -> Result<Option<Pipeline<B>>> {
     let (ranks, rank) = (b.ranks(), b.rank());
+    if ranks < 2 || sa.shape.len() != 2 || sb.shape.len() != 2 {
+        return Ok(None);
+    }
     let (pa, pb) = (pieces_of(sa, ranks), pieces_of(sb, ranks));
     let (Some(ia), Some(ib)) = (
         pa.iter().cloned().collect::<Option<Vec<Intervals>>>(),
@@ -341,9 +344,6 @@ pub fn summa<B: Backend>(
     ) else {
         return Ok(None);
     };
-    if ranks < 2 || sa.shape.len() != 2 || sb.shape.len() != 2 {
-        return Ok(None);
-    }
     let Some(Grid { row, col, partner }) = Grid::of(&ia, &ib) else {
         return Ok(None);
     };
