@@ -20,7 +20,8 @@ fn schema_command_prints_the_committed_schema() {
 
 #[test]
 fn schema_output_writes_the_file() {
-    let out = std::env::temp_dir().join(format!("distrun-schema-{}.json", std::process::id()));
+    let dir = temp_dir("schema");
+    let out = dir.join("distrun.schema.json");
     Distrun::new()
         .args(["schema", "--output", out.to_str().unwrap()])
         .run()

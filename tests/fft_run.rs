@@ -335,7 +335,8 @@ fn every_kind_precision_norm_and_distribution_at_1_to_4_ranks() {
 
 #[test]
 fn a_corrupted_transform_fails_its_check() {
-    let out = temp_dir("fftcorrupt").join("run");
+    let dir = temp_dir("fftcorrupt");
+    let out = dir.join("run");
     let ran = mpirun(
         2,
         &[

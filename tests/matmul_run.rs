@@ -380,7 +380,8 @@ fn run_and_compare(cases: &[Case], ranks: std::ops::RangeInclusive<usize>, name:
 #[test]
 fn freivalds_catches_a_corrupted_product() {
     for p in [1usize, 3] {
-        let out = temp_dir(&format!("mmcorrupt{p}")).join("run");
+        let dir = temp_dir(&format!("mmcorrupt{p}"));
+        let out = dir.join("run");
         let ran = mpirun(
             p,
             &[

@@ -372,7 +372,8 @@ fn example_specs_run_and_verify() {
         ("specs/collectives.toml", vec![4]),
     ] {
         for p in counts {
-            let out = temp_dir(&format!("example{p}")).join("run");
+            let dir = temp_dir(&format!("example{p}"));
+            let out = dir.join("run");
             let ran = run_at(p, &root().join(spec), &out);
             assert_eq!(ran.code, 0, "{spec} at {p}:\n{}", ran.stderr);
             assert_checks_passed(&out);
@@ -389,7 +390,8 @@ fn example_specs_run_and_verify() {
 
 #[test]
 fn a_failed_check_is_recorded_and_exits_3() {
-    let out = temp_dir("corrupt").join("run");
+    let dir = temp_dir("corrupt");
+    let out = dir.join("run");
     let ran = mpirun(
         2,
         &[
@@ -411,7 +413,8 @@ fn a_failed_check_is_recorded_and_exits_3() {
 
 #[test]
 fn verify_names_a_flipped_byte() {
-    let out = temp_dir("flip").join("run");
+    let dir = temp_dir("flip");
+    let out = dir.join("run");
     Distrun::new()
         .args([
             "run",
@@ -584,7 +587,8 @@ fn queued_timing_reports_the_mean_of_back_to_back_iterations() {
          timing = \"queued\"\ncheck = true\n[output]\ntensors = [\"y\"]\n",
     );
     for p in [1, 3] {
-        let out = temp_dir(&format!("queued-{p}")).join("run");
+        let dir = temp_dir(&format!("queued-{p}"));
+        let out = dir.join("run");
         let ran = run_at(p, &spec, &out);
         assert_eq!(ran.code, 0, "{}", ran.stderr);
         assert_checks_passed(&out);

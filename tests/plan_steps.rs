@@ -108,11 +108,11 @@ distribution = { slab = 0 }
     assert_eq!(p["tensors"]["h"]["local_shapes"], json!([[32, 8], [32, 8]]));
 }
 
-fn matmul_spec(name: &str, a: &str, b: &str, extra: &str) -> String {
+fn matmul_spec(name: &str, a: &str, b: &str, extra: &str) -> Scratch {
     let text = format!(
         "[job]\nname = \"{name}\"\n[tensors.a]\nshape = [256, 128]\ndtype = \"f32\"\ndistribution = {a}\ninit = \"ones\"\n[tensors.b]\nshape = [128, 64]\ndtype = \"f32\"\ndistribution = {b}\ninit = \"ones\"\n[[steps]]\nop = \"matmul\"\na = \"a\"\nb = \"b\"\nout = \"c\"\n{extra}\n"
     );
-    temp_spec(name, &text).display().to_string()
+    temp_spec(name, &text)
 }
 
 #[test]
@@ -172,7 +172,7 @@ fn matmul_algorithms_follow_the_distributions() {
     ];
     for (i, (a, b, extra, algorithm, out, bytes)) in cases.into_iter().enumerate() {
         let spec = matmul_spec(&format!("mm{i}"), a, b, extra);
-        let p = plan(&spec, 2);
+        let p = plan(spec.to_str().unwrap(), 2);
         assert_eq!(
             p["steps"][0]["algorithm"], algorithm,
             "case {i}: a {a}, b {b}"

@@ -14,7 +14,7 @@ pub mod rundir;
 pub mod verify;
 
 #[cfg(test)]
-mod fixtures;
+pub(crate) mod fixtures;
 
 pub use checksum::{Hasher, hash_file};
 pub use manifest::{Manifest, read_manifest, write_manifest};

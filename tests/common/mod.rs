@@ -72,13 +72,53 @@ impl Ran {
     }
 }
 
-/// Writes a spec into a fresh temporary directory and returns its path.
-pub fn temp_spec(name: &str, text: &str) -> PathBuf {
+/// A path in a temporary directory of the test's own, removed when the test is done with it;
+/// kept, to be looked at, when the test fails (drops while panicking).
+pub struct Scratch {
+    dir: PathBuf,
+    path: PathBuf,
+}
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<Path> for Scratch {
+    fn as_ref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("kept for a look: {}", self.dir.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// A fresh, empty temporary directory.
+pub fn temp_dir(name: &str) -> Scratch {
     let dir = std::env::temp_dir().join(format!("distrun-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{name}.toml"));
-    std::fs::write(&path, text).unwrap();
-    path
+    Scratch {
+        path: dir.clone(),
+        dir,
+    }
+}
+
+/// Writes a spec into a fresh temporary directory; derefs to the spec's path.
+pub fn temp_spec(name: &str, text: &str) -> Scratch {
+    let mut scratch = temp_dir(name);
+    scratch.path = scratch.dir.join(format!("{name}.toml"));
+    std::fs::write(&scratch.path, text).unwrap();
+    scratch
 }
 
 /// Every spec under specs/.
@@ -129,14 +169,6 @@ pub fn mpirun(p: usize, args: &[&str], env: &[(&str, &str)], limit: std::time::D
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
-}
-
-/// A fresh, empty temporary directory.
-pub fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("distrun-test-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 /// The manifest of a run directory.

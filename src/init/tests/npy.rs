@@ -5,27 +5,11 @@ use super::super::index::IndexMap;
 use super::super::npy::read_piece;
 use super::{c_linear, check_pieces, distributions, for_each_index, state};
 use crate::init::fill_local;
+use crate::output::fixtures::TestDir;
 use crate::spec::tensor::*;
 use npyz::WriterBuilder;
 use std::io::{BufReader, Cursor, Read, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
-
-/// A fresh temporary directory, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("distrun-init-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use std::path::Path;
 
 /// The bytes of element `i` (C-order global index) of the test arrays.
 fn element(dtype: DType, i: u64) -> Vec<u8> {
@@ -73,7 +57,7 @@ fn write(dir: &Path, name: &str, bytes: &[u8]) {
 
 #[test]
 fn every_rank_reads_its_piece_in_any_order_distribution_and_layout() {
-    let dir = TempDir::new("pieces");
+    let dir = TestDir::new("init-pieces");
     let cases = [
         (DType::F32, "<f4"),
         (DType::C64, "<c8"),
@@ -91,7 +75,7 @@ fn every_rank_reads_its_piece_in_any_order_distribution_and_layout() {
                     for fortran in [false, true] {
                         let name = format!("a{k}{}.npy", u8::from(fortran));
                         write(
-                            &dir.0,
+                            dir.path(),
                             &name,
                             &npy_bytes(&file_shape, *dtype, descr, fortran),
                         );
@@ -99,7 +83,7 @@ fn every_rank_reads_its_piece_in_any_order_distribution_and_layout() {
                         for layout in [Layout::C, Layout::F] {
                             let st = state(&shape, *dtype, layout, dist.clone());
                             let piece =
-                                |r| fill_local(&init, 0, "a", &dir.0, &st, ranks, r).unwrap();
+                                |r| fill_local(&init, 0, "a", dir.path(), &st, ranks, r).unwrap();
                             check_pieces(&st, ranks, piece, |i| element(*dtype, i));
                         }
                     }
@@ -111,9 +95,9 @@ fn every_rank_reads_its_piece_in_any_order_distribution_and_layout() {
 
 #[test]
 fn bf16_is_read_from_raw_u2_bits() {
-    let dir = TempDir::new("bf16");
+    let dir = TestDir::new("init-bf16");
     write(
-        &dir.0,
+        dir.path(),
         "b.npy",
         &npy_bytes(&[4, 6], DType::Bf16, "<u2", true),
     );
@@ -123,7 +107,7 @@ fn bf16_is_read_from_raw_u2_bits() {
         Layout::C,
         Distribution::Slab(Axis::Index(1)),
     );
-    let piece = |r| fill_local(&Init::Npy("b.npy".into()), 0, "b", &dir.0, &st, 3, r).unwrap();
+    let piece = |r| fill_local(&Init::Npy("b.npy".into()), 0, "b", dir.path(), &st, 3, r).unwrap();
     check_pieces(&st, 3, piece, |i| element(DType::Bf16, i));
 }
 
@@ -183,20 +167,20 @@ fn a_rank_reads_only_its_own_elements() {
 
 #[test]
 fn errors_name_the_file() {
-    let dir = TempDir::new("errors");
+    let dir = TestDir::new("init-errors");
     write(
-        &dir.0,
+        dir.path(),
         "f.npy",
         &npy_bytes(&[6, 5], DType::F32, "<f4", false),
     );
     let mut short = npy_bytes(&[6, 5], DType::F32, "<f4", false);
     short.truncate(short.len() - 3);
-    write(&dir.0, "short.npy", &short);
-    write(&dir.0, "junk.npy", b"not an npy file at all");
+    write(dir.path(), "short.npy", &short);
+    write(dir.path(), "junk.npy", b"not an npy file at all");
     let err = |file: &str, shape: &[u64], dtype: DType| {
         let st = state(shape, dtype, Layout::C, Distribution::Replicated);
         let init = Init::Npy(file.into());
-        let e = fill_local(&init, 0, "t", &dir.0, &st, 2, 1).unwrap_err();
+        let e = fill_local(&init, 0, "t", dir.path(), &st, 2, 1).unwrap_err();
         let text = format!("{e:#}");
         assert!(text.contains(file), "{text}");
         text
@@ -208,6 +192,6 @@ fn errors_name_the_file() {
     assert!(err("junk.npy", &[6, 5], DType::F32).contains("not a .npy"));
     // A partial tensor reads the stacked [ranks, *shape].
     let st = state(&[6, 5], DType::F32, Layout::C, Distribution::Partial);
-    let e = fill_local(&Init::Npy("f.npy".into()), 0, "t", &dir.0, &st, 2, 0).unwrap_err();
+    let e = fill_local(&Init::Npy("f.npy".into()), 0, "t", dir.path(), &st, 2, 0).unwrap_err();
     assert!(format!("{e:#}").contains("[2, 6, 5]"));
 }

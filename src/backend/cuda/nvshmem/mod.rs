@@ -911,23 +911,20 @@ impl Drop for Nvshmem<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::output::fixtures::TestDir;
     use std::fs;
 
     /// A scratch directory for one test, removed when dropped.
-    struct Scratch(PathBuf);
+    struct Scratch(TestDir);
 
     impl Scratch {
         fn new(name: &str) -> Self {
-            let dir =
-                std::env::temp_dir().join(format!("distrun-nvshmem-{}-{name}", std::process::id()));
-            let _ = fs::remove_dir_all(&dir);
-            fs::create_dir_all(&dir).unwrap();
-            Scratch(dir)
+            Scratch(TestDir::new(&format!("nvshmem-{name}")))
         }
 
         /// Creates `rel` (a directory) with the library in it, and the plugin when asked.
         fn install(&self, rel: &str, plugin: bool) -> PathBuf {
-            let dir = self.0.join(rel.trim_start_matches('/'));
+            let dir = self.0.path().join(rel.trim_start_matches('/'));
             fs::create_dir_all(&dir).unwrap();
             fs::write(dir.join(LIBRARY), b"").unwrap();
             if plugin {
@@ -937,17 +934,11 @@ mod tests {
         }
     }
 
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = fs::remove_dir_all(&self.0);
-        }
-    }
-
     fn search(root: &Scratch, home: Option<&str>) -> Search {
         Search {
-            nvshmem_home: home.map(|h| root.0.join(h.trim_start_matches('/'))),
+            nvshmem_home: home.map(|h| root.0.path().join(h.trim_start_matches('/'))),
             user_home: Some(PathBuf::from("/home/me")),
-            root: root.0.clone(),
+            root: root.0.path().to_path_buf(),
         }
     }
 
