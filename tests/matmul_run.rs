@@ -38,6 +38,7 @@ struct Case {
     beta_c: Option<(f64, &'static str)>,
     epilog: Option<&'static str>,
     algorithm: &'static str,
+    pipeline: &'static str,
     out_dist: Option<&'static str>,
 }
 
@@ -53,6 +54,7 @@ fn case(dtype: DType, a_dist: &'static str, b_dist: &'static str) -> Case {
         beta_c: None,
         epilog: None,
         algorithm: "auto",
+        pipeline: "auto",
         out_dist: None,
     }
 }
@@ -141,6 +143,18 @@ fn cases() -> Vec<Case> {
         c.algorithm = alg;
         all.push(c);
     }
+    // A gathered operand in rounds and in one exchange, each pinned.
+    for pipeline in ["rounds", "whole"] {
+        for (alg, a, b) in [
+            ("ag_gemm", "{ slab = 0 }", "{ slab = 1 }"),
+            ("ag_gemm", "{ slab = 1 }", "{ slab = 1 }"),
+            ("summa", "{ block = {} }", "{ block = {} }"),
+        ] {
+            let mut c = case(DType::F32, a, b);
+            (c.algorithm, c.pipeline) = (alg, pipeline);
+            all.push(c);
+        }
+    }
     // SUMMA's slices of k add up (at 4 ranks, a 2x2 grid): in f32 for a half type, before the
     // epilog, complex, in Fortran order.
     for (dtype, epilog, layouts) in [
@@ -154,6 +168,7 @@ fn cases() -> Vec<Case> {
             "{ block_cyclic = { blocks = [7, 3] } }",
         );
         (c.algorithm, c.epilog, c.layouts) = ("summa", epilog, layouts);
+        c.pipeline = "rounds";
         all.push(c);
     }
     all
@@ -203,8 +218,14 @@ fn write_spec(dir: &Path, cases: &[Case]) -> std::path::PathBuf {
             c.layouts.1, c.b_dist
         );
         let mut step = format!(
-            "[[steps]]\nop = \"matmul\"\na = \"a{i}\"\nb = \"b{i}\"\nout = \"d{i}\"\nalpha = {:?}\ntranspose_a = {}\ntranspose_b = {}\nconjugate_a = {}\nconjugate_b = {}\nalgorithm = \"{}\"\ncheck = true\n",
-            c.alpha, c.transpose.0, c.transpose.1, c.conjugate.0, c.conjugate.1, c.algorithm
+            "[[steps]]\nop = \"matmul\"\na = \"a{i}\"\nb = \"b{i}\"\nout = \"d{i}\"\nalpha = {:?}\ntranspose_a = {}\ntranspose_b = {}\nconjugate_a = {}\nconjugate_b = {}\nalgorithm = \"{}\"\npipeline = \"{}\"\ncheck = true\n",
+            c.alpha,
+            c.transpose.0,
+            c.transpose.1,
+            c.conjugate.0,
+            c.conjugate.1,
+            c.algorithm,
+            c.pipeline
         );
         if let Some((beta, dist)) = c.beta_c {
             write_values(
@@ -342,6 +363,37 @@ fn summa_on_a_three_by_three_grid() {
     run_and_compare(&cases, 9..=9, "summa");
 }
 
+/// The manifest's `pipeline` (null where no operand could move in rounds) agrees with the
+/// spec: pinned `rounds` runs in rounds wherever they can (from 2 ranks, ag_gemm gathering
+/// pieces that each hold all of k; SUMMA on a square grid), `whole` never does, and `auto`
+/// keeps the faster of its trials.
+fn check_pipeline(c: &Case, p: usize, record: &serde_json::Value, at: &str) {
+    let square = (2..=p).any(|q| q * q == p);
+    let whole_k =
+        (c.a_dist, c.b_dist, c.transpose) == ("{ slab = 0 }", "{ slab = 1 }", (false, false));
+    let can = match c.algorithm {
+        "ag_gemm" => p >= 2 && whole_k,
+        "summa" => square,
+        _ => false,
+    };
+    let trials = (record["rounds_s"].as_f64(), record["whole_s"].as_f64());
+    match c.pipeline {
+        "whole" => assert!(record.is_null(), "{at}: {record}"),
+        "rounds" => {
+            assert!(!can || record["chosen"] == "rounds", "{at}: {record}");
+            assert!(record.is_null() || trials == (None, None), "{at}: {record}");
+        }
+        _ if record.is_null() => {}
+        _ => {
+            let (Some(rounds), Some(whole)) = trials else {
+                panic!("{at}: auto without both trials: {record}");
+            };
+            let faster = if rounds <= whole { "rounds" } else { "whole" };
+            assert_eq!(record["chosen"], faster, "{at}: {record}");
+        }
+    }
+}
+
 /// Runs `cases` at each rank count; every check passes and every result matches the reference.
 fn run_and_compare(cases: &[Case], ranks: std::ops::RangeInclusive<usize>, name: &str) {
     for p in ranks {
@@ -349,12 +401,19 @@ fn run_and_compare(cases: &[Case], ranks: std::ops::RangeInclusive<usize>, name:
         let spec = write_spec(&dir, cases);
         let out = dir.join("run");
         let m = run_ok(p, &spec, &out, &[]);
+        let steps = m["steps"].as_array().unwrap();
+        let tried = steps.iter().any(|s| s["pipeline"]["whole_s"].is_number());
+        assert!(
+            tried || p == 1 || cases.iter().all(|c| c.pipeline != "auto"),
+            "{p} ranks: no trial of rounds against one exchange"
+        );
         for (i, c) in cases.iter().enumerate() {
             let step = &m["steps"][i];
             assert_eq!(step["check"]["passed"], true, "{p} ranks, case {i}: {step}");
             if c.algorithm != "auto" {
                 assert_eq!(step["algorithm"], c.algorithm, "case {i}");
             }
+            check_pipeline(c, p, &step["pipeline"], &format!("{p} ranks, case {i}"));
             assert!(step["tflops"].as_f64().unwrap() > 0.0);
             let (shape, got) = read_npy_complex(&out.join(format!("d{i}.npy")));
             assert_eq!(shape, [M as u64, N as u64]);

@@ -183,6 +183,32 @@ fn matmul_algorithms_follow_the_distributions() {
 }
 
 #[test]
+fn the_plan_says_how_a_gathered_operand_travels() {
+    for (pipeline, says) in [
+        (
+            "auto",
+            "GEMM per ring round as each piece arrives, or after the whole gather if trials find it faster",
+        ),
+        ("rounds", "GEMM per ring round as each piece arrives"),
+        ("whole", "local GEMM"),
+    ] {
+        let extra = format!("pipeline = \"{pipeline}\"");
+        let spec = matmul_spec(
+            &format!("pipe-{pipeline}"),
+            "{ slab = 0 }",
+            "{ slab = 1 }",
+            &extra,
+        );
+        let p = plan(spec.to_str().unwrap(), 2);
+        assert_eq!(p["steps"][0]["algorithm"], "ag_gemm");
+        assert_eq!(
+            p["steps"][0]["detail"],
+            format!("all-gather b, then {says}")
+        );
+    }
+}
+
+#[test]
 fn block_cyclic_gemm_plans_for_4096_ranks() {
     let p = plan("specs/gemm_block_cyclic.toml", 4096);
     let a = &p["tensors"]["a"];

@@ -15,7 +15,7 @@ use crate::plan::{Plan, TensorState};
 use crate::runtime::Context;
 use crate::spec::Loaded;
 use crate::spec::model::{CommBackend, Device};
-use crate::spec::step::{FftKind, SendRecvPattern, Step};
+use crate::spec::step::{FftKind, MatmulPipeline, SendRecvPattern, Step};
 use anyhow::{Result, bail};
 use expect::{Comparison, Origin};
 use progress::Progress;
@@ -54,6 +54,10 @@ pub struct StepRecord {
     /// FFT's transpose): the choice, and the best trial time by NCCL and by NVSHMEM puts
     /// (seconds, slowest rank).
     pub via: Option<(CommBackend, [f64; 2])>,
+    /// How a matmul's gathered operand traveled where it could go in rounds (`Rounds` or
+    /// `Whole`), and the best trial time each way (rounds, whole; seconds, slowest rank) where
+    /// trial runs chose.
+    pub pipeline: Option<(MatmulPipeline, Option<[f64; 2]>)>,
 }
 
 impl StepRecord {
@@ -300,6 +304,7 @@ fn execute<B: Backend>(
             flops: None,
             check: None,
             via: None,
+            pipeline: None,
         };
         if let Step::Barrier(_) = step {
             record.times = timed(b, step, progress, || b.barrier())?;
@@ -320,14 +325,24 @@ fn execute<B: Backend>(
                     .matmul
                     .as_ref()
                     .expect("a planned matmul has an algorithm");
-                let mut prepared = PreparedMatmul::new(
-                    b,
-                    m,
-                    choice,
-                    &planned.input_states,
-                    &out_state,
-                    common.check,
-                )?;
+                let prepare = |rounds| {
+                    let states = &planned.input_states;
+                    PreparedMatmul::new(b, m, choice, states, &out_state, (common.check, rounds))
+                };
+                let mut prepared = prepare(m.pipeline != MatmulPipeline::Whole)?;
+                if prepared.in_rounds() {
+                    let mut trials = None;
+                    if m.pipeline == MatmulPipeline::Auto {
+                        let ways = [prepared, prepare(false)?];
+                        let (faster, best) = pick_pipeline(b, ways, &inputs)?;
+                        (prepared, trials) = (faster, Some(best));
+                    }
+                    let chosen = match prepared.in_rounds() {
+                        true => MatmulPipeline::Rounds,
+                        false => MatmulPipeline::Whole,
+                    };
+                    record.pipeline = Some((chosen, trials));
+                }
                 record.times = timed(b, step, progress, || prepared.run(b, &inputs))?;
                 let (mm, k) = (
                     out_state.shape[0] as f64,
@@ -467,9 +482,7 @@ fn pick_via<B: Backend, P>(
         .enumerate()
     {
         set(prepared, via);
-        for _ in 0..3 {
-            best[i] = best[i].min(once(b, &mut || run(prepared))?);
-        }
+        best[i] = trial(b, &mut || run(prepared))?;
     }
     let chosen = if best[1] < best[0] {
         CommBackend::Nvshmem
@@ -478,6 +491,31 @@ fn pick_via<B: Backend, P>(
     };
     set(prepared, chosen);
     Ok((chosen, best))
+}
+
+/// The best of three runs, each the slowest rank's time: a trial of one way to run a step.
+fn trial<B: Backend>(b: &B, run: &mut dyn FnMut() -> Result<()>) -> Result<f64> {
+    let mut best = f64::INFINITY;
+    for _ in 0..3 {
+        best = best.min(once(b, run)?);
+    }
+    Ok(best)
+}
+
+/// The choice between a matmul in rounds and the same matmul gathering in one exchange
+/// (`ways`, in that order): each runs three times before the step's own runs, and the one whose
+/// slowest rank was faster at its best is kept. Returns it and both best times.
+fn pick_pipeline<B: Backend>(
+    b: &B,
+    mut ways: [PreparedMatmul<B>; 2],
+    inputs: &[&B::Buf],
+) -> Result<(PreparedMatmul<B>, [f64; 2])> {
+    let mut best = [f64::INFINITY; 2];
+    for (way, t) in ways.iter_mut().zip(&mut best) {
+        *t = trial(b, &mut || way.run(b, inputs))?;
+    }
+    let [rounds, whole] = ways;
+    Ok((if best[0] <= best[1] { rounds } else { whole }, best))
 }
 
 /// Runs a setup phase; with `-v` it waits for the device and reports the phase's time.

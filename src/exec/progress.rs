@@ -2,6 +2,7 @@
 //! otherwise, nothing with `-q`.
 
 use super::StepRecord;
+use crate::spec::step::MatmulPipeline;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::cell::RefCell;
 use std::io::IsTerminal;
@@ -86,6 +87,19 @@ impl Progress {
                 nccl * 1e3,
                 nvshmem * 1e3
             ));
+        }
+        if let Some((chosen, trials)) = record.pipeline {
+            line.push_str(match chosen {
+                MatmulPipeline::Rounds => ", in rounds",
+                _ => ", in one exchange",
+            });
+            if let Some([rounds, whole]) = trials {
+                line.push_str(&format!(
+                    " (trials: rounds {:.3} ms, whole {:.3} ms)",
+                    rounds * 1e3,
+                    whole * 1e3
+                ));
+            }
         }
         if let Some(c) = record.check {
             line.push_str(if c.passed {

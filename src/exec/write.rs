@@ -8,7 +8,8 @@ use crate::dist::Placement;
 use crate::ops::step::regather;
 use crate::output::checksum::Hasher;
 use crate::output::manifest::{
-    self, CheckRecord, Manifest, RankInfo, ShardRecord, TensorRecord, TimeStats, ViaRecord,
+    self, CheckRecord, Manifest, PipelineRecord, RankInfo, ShardRecord, TensorRecord, TimeStats,
+    ViaRecord,
 };
 use crate::output::npy::write_npy_in;
 use crate::output::rundir::{RunDir, default_path};
@@ -209,6 +210,11 @@ fn manifest<B: Backend>(
                     chosen: chosen.name().to_string(),
                     nccl_s,
                     nvshmem_s,
+                }),
+                pipeline: s.pipeline.map(|(chosen, trials)| PipelineRecord {
+                    chosen: chosen.name().to_string(),
+                    rounds_s: trials.map(|t| t[0]),
+                    whole_s: trials.map(|t| t[1]),
                 }),
             }
         })

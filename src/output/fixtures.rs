@@ -94,6 +94,7 @@ pub fn sample_manifest(algorithm: Checksum) -> Manifest {
                 max_error: 1.5e-6,
             }),
             via: None,
+            pipeline: None,
         }],
         tensors,
     }

@@ -82,6 +82,24 @@ pub struct StepRecord {
     /// trial runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub via: Option<ViaRecord>,
+    /// How a matmul's gathered operand traveled where it could go in rounds that overlap the
+    /// GEMM (`ag_gemm`'s ring, SUMMA on a square grid).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipeline: Option<PipelineRecord>,
+}
+
+/// The choice between a matmul in rounds and in one exchange.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PipelineRecord {
+    /// `rounds` or `whole`.
+    pub chosen: String,
+    /// The best of three trial runs in rounds, seconds (slowest rank); absent when the spec
+    /// chose (`pipeline = "rounds"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rounds_s: Option<f64>,
+    /// The best of three trial runs in one exchange, likewise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub whole_s: Option<f64>,
 }
 
 /// The choice between NCCL and NVSHMEM puts for one step.

@@ -1,7 +1,7 @@
 //! Choosing a distributed matmul algorithm from the operands' distributions: every algorithm that
 //! can run is priced by the bytes each rank sends, and `auto` takes the cheapest.
 
-use crate::spec::step::MatmulAlgorithm;
+use crate::spec::step::{MatmulAlgorithm, MatmulPipeline};
 use crate::spec::tensor::{Axis, Distribution};
 
 /// How an operand of `op(x)` (after its transpose) is split, in the product's terms.
@@ -51,6 +51,8 @@ pub struct MatmulCase<'a> {
     pub bytes: (u64, u64, u64),
     /// Rank count (None: unknown; priced as 2).
     pub ranks: Option<u64>,
+    /// How an operand gathered whole travels.
+    pub pipeline: MatmulPipeline,
 }
 
 /// The algorithm chosen for a matmul, with what it moves.
@@ -111,7 +113,13 @@ fn candidates(case: &MatmulCase<'_>) -> Vec<Candidate> {
     }
     // Pieces that are whole blocks of the product's columns (rows) arrive in ring rounds, each
     // round's GEMM overlapping the next round's move (ops::matmul::chunks).
-    let ring = "GEMM per ring round as each piece arrives";
+    let ring = match case.pipeline {
+        MatmulPipeline::Auto => {
+            "GEMM per ring round as each piece arrives, or after the whole gather if trials find it faster"
+        }
+        MatmulPipeline::Rounds => "GEMM per ring round as each piece arrives",
+        MatmulPipeline::Whole => "local GEMM",
+    };
     if sa == Split::Rows && sb == Split::Cols {
         add(AgGemm, slab(0), &["all-gather b", ring], f * size_b);
     } else if sa == Split::Rows && sb == Split::Rows {
@@ -266,6 +274,7 @@ mod tests {
             transpose: t,
             bytes: (1000, 1000, 1000),
             ranks: Some(4),
+            pipeline: MatmulPipeline::Rounds,
         }
     }
 

@@ -996,6 +996,7 @@ impl Resolver<'_> {
                 out_bytes,
             ),
             ranks: self.ranks,
+            pipeline: m.pipeline,
         };
         match matmul::choose(&case, m.algorithm) {
             Ok(choice) => {

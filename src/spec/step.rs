@@ -115,6 +115,10 @@ pub struct Matmul {
     /// Algorithm (default auto: the one that moves the least data per rank).
     #[serde(default)]
     pub algorithm: MatmulAlgorithm,
+    /// How an operand gathered whole (`ag_gemm`, `summa`) travels: in rounds that overlap the
+    /// GEMM, or in one exchange before it (default auto: trial runs choose).
+    #[serde(default)]
+    pub pipeline: MatmulPipeline,
     #[serde(flatten)]
     #[allow(missing_docs)]
     pub common: StepCommon,
@@ -144,6 +148,33 @@ impl Epilog {
     /// True when the epilog reads a `bias` tensor.
     pub fn needs_bias(self) -> bool {
         matches!(self, Epilog::Bias | Epilog::ReluBias | Epilog::GeluBias)
+    }
+}
+
+/// How an operand that a matmul gathers whole travels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum MatmulPipeline {
+    /// Where rounds can run, three trial runs each way before the step's own runs; the faster
+    /// is kept (the manifest's `pipeline` records both).
+    #[default]
+    Auto,
+    /// Piece by piece, each piece's GEMM as soon as it has arrived, overlapping the next
+    /// piece's move (ag_gemm's ring; SUMMA on a square grid of ranks). Where the pieces allow
+    /// no rounds, as `whole`.
+    Rounds,
+    /// Gathered in one exchange, then one GEMM.
+    Whole,
+}
+
+impl MatmulPipeline {
+    /// The name used in specs and manifests.
+    pub fn name(self) -> &'static str {
+        match self {
+            MatmulPipeline::Auto => "auto",
+            MatmulPipeline::Rounds => "rounds",
+            MatmulPipeline::Whole => "whole",
+        }
     }
 }
 

@@ -147,14 +147,15 @@ pub struct PreparedMatmul<B: Backend> {
 
 impl<B: Backend> PreparedMatmul<B> {
     /// Prepares a matmul from the planned choice and the operands' and result's states
-    /// (`inputs` in the step's input order: a, b, c?, bias?).
+    /// (`inputs` in the step's input order: a, b, c?, bias?); an operand gathered whole moves
+    /// in rounds where `rounds` is set and its pieces allow them, else in one exchange.
     pub fn new(
         b: &B,
         step: &Matmul,
         choice: &MatmulChoice,
         inputs: &[TensorState],
         out: &TensorState,
-        keep_pre: bool,
+        (keep_pre, rounds): (bool, bool),
     ) -> Result<Self> {
         let (ranks, rank) = (b.ranks() as u64, b.rank() as u64);
         let (sa, sb) = (&inputs[0], &inputs[1]);
@@ -231,6 +232,7 @@ impl<B: Backend> PreparedMatmul<B> {
         let (gather_a, gather_b) = (gathers(&target_a, sa), gathers(&target_b, sb));
         let (mut a, mut bop) = (None, None);
         let chunks = match (choice.algorithm, gather_a, gather_b) {
+            _ if !rounds => None,
             (MatmulAlgorithm::Summa, ..) => {
                 let conjugate = (step.conjugate_a, step.conjugate_b);
                 chunks::summa(b, sa, sb, conjugate)?
@@ -364,6 +366,11 @@ impl<B: Backend> PreparedMatmul<B> {
             to_out,
             sent_bytes: choice.bytes_per_rank.unwrap_or(0) as usize,
         })
+    }
+
+    /// Whether an operand moves in rounds that overlap the GEMM.
+    pub fn in_rounds(&self) -> bool {
+        self.chunks.is_some()
     }
 
     /// Runs the matmul once on the operands' buffers (a, b, c?, bias?).
