@@ -55,7 +55,13 @@ def distrun(binary, p, dtype, n, kind, via, work):
     if r.returncode != 0:
         return None, r.stderr[-500:]
     step = json.loads((out / "manifest.json").read_text())["steps"][0]
-    return step["time_s"]["median"], step.get("algorithm")
+    how = step.get("algorithm")
+    pipe = step.get("pipeline")
+    if pipe:
+        how += f" in {pipe['chosen']}"
+        if "rounds_s" in pipe:
+            how += f" (trials: rounds {pipe['rounds_s'] * 1e3:.2f}, whole {pipe['whole_s'] * 1e3:.2f} ms)"
+    return step["time_s"]["median"], how
 
 
 def peer(p, cases):
