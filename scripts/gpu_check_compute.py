@@ -51,14 +51,17 @@ def boxes(shape, axes, p):
 
 def spec(p, nvshmem=False):
     t, s, outs = [], [], []
-    for dtype in DTYPES:
+    for j, dtype in enumerate(DTYPES):
+        # Gathered operands in rounds for every other dtype, in one exchange for the rest.
+        pipeline = "whole" if j % 2 else "rounds"
         for i, (alg, da, db) in enumerate(ALGORITHMS):
             a, b, d = f"a_{dtype}_{i}", f"b_{dtype}_{i}", f"d_{dtype}_{i}"
             t.append(tensor(a, (M, K), dtype, da, "F" if i % 2 else "C"))
             t.append(tensor(b, (K, N), dtype, db, "C" if i % 3 else "F"))
-            s.append(step(op="matmul", a=a, b=b, out=d, algorithm=alg))
+            s.append(step(op="matmul", a=a, b=b, out=d, algorithm=alg, pipeline=pipeline))
             outs.append(d)
-    # The nvmath docs example's layout: a^T stored F in y-slabs, b F in y-slabs, d in x-slabs.
+    # The nvmath docs example's layout: a^T stored F in y-slabs, b F in y-slabs, d in x-slabs
+    # (the pipeline left to trials).
     for dtype in ["f16", "f32"]:
         t.append(tensor(f"at_{dtype}", (K, M), dtype, '{ slab = "y" }', "F"))
         t.append(tensor(f"bt_{dtype}", (K, N), dtype, '{ slab = "y" }', "F"))
@@ -154,6 +157,8 @@ def compare(cuda, cpu):
             print(f"  FAIL {name} ({t['dtype']}): relative difference {err:.2e} > {tol:.0e}")
     for st in m["cuda"]["steps"]:
         extra = f" {st['algorithm']:<12}" if st.get("algorithm") else ""
+        if st.get("pipeline"):
+            extra += f" in {st['pipeline']['chosen']:<6}"
         print(f"  {st['name']:<22}{extra} median {st['time_s']['median'] * 1e6:9.1f} us")
     n = len(m["cuda"]["tensors"])
     print(f"  {'OK' if bad == 0 else 'FAILED'}: {n} results within tolerance of the CPU backend's, checks passed")
