@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # On a GPU machine: all_gather, reduce_scatter, all_to_all and broadcast at 1 GiB per rank on 2
-# and 4 GPUs: distrun's busbw (CUDA events, median of 10 after 3 warm-up, slowest rank) beside
-# cupyx.distributed's NCCL calls timed as the peer's scripts do (mean of 20 back to back).
+# and 4 GPUs: distrun's busbw beside cupyx.distributed's NCCL calls timed as the peer's scripts
+# do (mean of 20 back to back after 3 warm-up). distrun times its steps the same way
+# (`timing = "queued"`: 20 iterations back to back between two CUDA events, 3 warm-up); with
+# TIMING=each, each iteration alone (median of 20, slowest rank), as before 2026-11-22.
 # all_gather and all_to_all run twice: into ordinary results (NCCL), and into results on the
 # symmetric heap, where distrun tries NCCL and NVSHMEM puts and keeps the faster (both shown).
 #   bench/gpu/collectives.sh [DISTRUN_BINARY]
@@ -11,7 +13,9 @@ BIN=${1:-target/release/distrun}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 PY=${PYTHON:-/opt/torch/.venv/bin/python}
 W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
 N=$((1 << 28))   # f32 elements per rank: 1 GiB
+TIMING=${TIMING:-queued}
 cat > "$W/peer.py" <<'PYEOF'
 import time, cupy as cp
 from mpi4py import MPI
@@ -82,39 +86,45 @@ op = "all_gather"
 input = "rows"
 out = "all"
 warmup = 3
-iterations = 10
+iterations = 20
+timing = "$TIMING"
 [[steps]]
 op = "reduce_scatter"
 input = "part"
 out = "rs"
 warmup = 3
-iterations = 10
+iterations = 20
+timing = "$TIMING"
 [[steps]]
 op = "all_to_all"
 input = "t"
 out = "tt"
 warmup = 3
-iterations = 10
+iterations = 20
+timing = "$TIMING"
 [[steps]]
 op = "broadcast"
 input = "held"
 out = "everywhere"
 warmup = 3
-iterations = 10
+iterations = 20
+timing = "$TIMING"
 [[steps]]
 name = "all_gather (symmetric)"
 op = "all_gather"
 input = "rows"
 out = "all_sym"
 warmup = 3
-iterations = 10
+iterations = 20
+timing = "$TIMING"
 [[steps]]
 name = "all_to_all (symmetric)"
 op = "all_to_all"
 input = "t"
 out = "tt_sym"
 warmup = 3
-iterations = 10
+iterations = 20
+timing = "$TIMING"
 SPEC
   rm -rf "$W/run"
   mpiexec -n $p "$BIN" run "$W/c.toml" --out "$W/run" > "${OUT:-$W}/distrun-$p.log" 2>&1 || { tail -5 "${OUT:-$W}/distrun-$p.log"; exit 1; }
@@ -123,6 +133,6 @@ import json
 for s in json.load(open('$W/run/manifest.json'))['steps']:
     v = s.get('via')
     via = f\", by {v['chosen']} (trials: nccl {v['nccl_s']*1e3:.2f} ms, nvshmem {v['nvshmem_s']*1e3:.2f} ms)\" if v else ''
-    print(f\"distrun {s['name']} ranks=$p: busbw {s['busbw_gbs']:.1f} GB/s (median {s['time_s']['median']*1e3:.2f} ms){via}\")"
+    print(f\"distrun {s['name']} ranks=$p: busbw {s['busbw_gbs']:.1f} GB/s ({s['time_s']['median']*1e3:.2f} ms){via}\")"
   mpiexec -n $p "$PY" "$W/peer.py"
 done
