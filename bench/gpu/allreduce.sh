@@ -11,6 +11,7 @@ BIN=${1:-target/release/distrun}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 PY=${PYTHON:-/opt/torch/.venv/bin/python}
 W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
 cat > "$W/peer.py" <<'PYEOF'
 import time, cupy as cp
 from mpi4py import MPI
