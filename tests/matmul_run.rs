@@ -458,6 +458,37 @@ fn freivalds_catches_a_corrupted_product() {
     }
 }
 
+/// The nvmath example (ag_gemm, a ring of 2) tries rounds against one exchange before its own
+/// runs, and its step line says which it kept and the trial times, as the manifest does.
+#[test]
+fn the_step_line_says_how_the_trials_went() {
+    let dir = temp_dir("mm-trials");
+    let out = dir.join("run");
+    let ran = mpirun(
+        2,
+        &["run", "specs/gemm.toml", "--out", out.to_str().unwrap()],
+        &[],
+        Duration::from_secs(120),
+    );
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let record = &manifest(&out)["steps"][0]["pipeline"];
+    let (rounds, whole) = (record["rounds_s"].as_f64(), record["whole_s"].as_f64());
+    let (Some(rounds), Some(whole)) = (rounds, whole) else {
+        panic!("no trials recorded: {record}");
+    };
+    let kept = if record["chosen"] == "rounds" {
+        "in rounds"
+    } else {
+        "in one exchange"
+    };
+    let said = format!(
+        "{kept} (trials: rounds {:.3} ms, whole {:.3} ms)",
+        rounds * 1e3,
+        whole * 1e3
+    );
+    assert!(ran.stderr.contains(&said), "{said} not in:\n{}", ran.stderr);
+}
+
 /// Operands some ranks hold none of: a root-held b (gathered in one exchange, never in ring
 /// rounds), and an f16 product with fewer result columns than ranks (ranks with empty blocks),
 /// each against a naive product of the values the test wrote.
