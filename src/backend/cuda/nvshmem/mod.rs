@@ -792,11 +792,7 @@ impl<'a> Nvshmem<'a> {
                 )
             }
         };
-        // SAFETY: an address inside a symmetric buffer; NULL where `pe` is not mapped here.
-        let mapped = unsafe {
-            self.lib()
-                .nvshmem_ptr((dst.ptr as usize + dst_off) as *const c_void, pe as i32)
-        };
+        let mapped = self.peer_address(dst, dst_off, pe);
         if rows.is_flat() {
             let bytes = rows.width * rows.height;
             if mapped.is_null() {
@@ -833,6 +829,16 @@ impl<'a> Nvshmem<'a> {
         Ok(())
     }
 
+    /// Where byte `off` of `buf` on rank `pe` lies in this GPU's address space (`nvshmem_ptr`):
+    /// NULL where `pe` is not mapped here.
+    fn peer_address(&self, buf: &SymBuf, off: usize, pe: usize) -> *mut c_void {
+        // SAFETY: an address inside a symmetric buffer (callers check the extent).
+        unsafe {
+            self.lib()
+                .nvshmem_ptr((buf.ptr as usize + off) as *const c_void, pe as i32)
+        }
+    }
+
     /// Queues on `stream` a signal to rank `pe`: the u32 at byte `at` of `flags` there becomes
     /// `value` once the work queued before it on `stream` is done, puts included (a stream
     /// memory operation, which needs no SM). Only to a rank mapped into this GPU's address space.
@@ -845,11 +851,7 @@ impl<'a> Nvshmem<'a> {
         stream: &CudaStream,
     ) -> Result<()> {
         self.check_put(flags, at, 4, pe)?;
-        // SAFETY: an address inside a symmetric buffer; NULL where `pe` is not mapped here.
-        let mapped = unsafe {
-            self.lib()
-                .nvshmem_ptr((flags.ptr as usize + at) as *const c_void, pe as i32)
-        };
+        let mapped = self.peer_address(flags, at, pe);
         ensure!(
             !mapped.is_null(),
             "PE {pe} is not mapped here: no signal to it"
