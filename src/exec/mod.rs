@@ -51,11 +51,11 @@ pub struct StepRecord {
     /// The check's outcome, over all ranks.
     pub check: Option<Comparison>,
     /// Where the trial runs chose how a step's data travels (a movement into a symmetric result, an
-    /// FFT's transpose): the choice, and the best trial time by NCCL and by NVSHMEM puts
+    /// FFT's transpose): the choice, and the median trial time by NCCL and by NVSHMEM puts
     /// (seconds, slowest rank).
     pub via: Option<(CommBackend, [f64; 2])>,
     /// How a matmul's gathered operand traveled where it could go in rounds (`Rounds` or
-    /// `Whole`), and the best trial time each way (rounds, whole; seconds, slowest rank) where
+    /// `Whole`), and the median trial time each way (rounds, whole; seconds, slowest rank) where
     /// trial runs chose.
     pub pipeline: Option<(MatmulPipeline, Option<[f64; 2]>)>,
 }
@@ -334,8 +334,8 @@ fn execute<B: Backend>(
                     let mut trials = None;
                     if m.pipeline == MatmulPipeline::Auto {
                         let ways = [prepared, prepare(false)?];
-                        let (faster, best) = pick_pipeline(b, ways, &inputs)?;
-                        (prepared, trials) = (faster, Some(best));
+                        let (faster, times) = pick_pipeline(b, ways, &inputs)?;
+                        (prepared, trials) = (faster, Some(times));
                     }
                     let chosen = match prepared.in_rounds() {
                         true => MatmulPipeline::Rounds,
@@ -467,55 +467,61 @@ fn once<B: Backend>(b: &B, run: &mut dyn FnMut() -> Result<()>) -> Result<f64> {
 }
 
 /// The choice between NCCL and NVSHMEM for a step whose data puts can move (a movement into a
-/// symmetric result, an FFT's transpose): each way runs three times before the step's own
-/// runs, and the one whose slowest rank was faster at its best moves the step. Returns the
-/// choice and both best times.
+/// symmetric result, an FFT's transpose): each way runs five times before the step's own
+/// runs, and the one whose slowest rank's median time was shorter moves the step. Returns the
+/// choice and both trial times.
 fn pick_via<B: Backend, P>(
     b: &B,
     prepared: &mut P,
     set: impl Fn(&mut P, CommBackend),
     mut run: impl FnMut(&mut P) -> Result<()>,
 ) -> Result<(CommBackend, [f64; 2])> {
-    let mut best = [f64::INFINITY; 2];
+    let mut times = [f64::INFINITY; 2];
     for (i, via) in [CommBackend::Nccl, CommBackend::Nvshmem]
         .into_iter()
         .enumerate()
     {
         set(prepared, via);
-        best[i] = trial(b, &mut || run(prepared))?;
+        times[i] = trial(b, &mut || run(prepared))?;
     }
-    let chosen = if best[1] < best[0] {
+    let chosen = if times[1] < times[0] {
         CommBackend::Nvshmem
     } else {
         CommBackend::Nccl
     };
     set(prepared, chosen);
-    Ok((chosen, best))
+    Ok((chosen, times))
 }
 
-/// The best of three runs, each the slowest rank's time: a trial of one way to run a step.
+/// Runs in a trial of one way to run a step: the median ignores the first run's warm-up and
+/// the luck of one fast run, so a way that is often slow (NCCL's kernels sharing the SMs with a
+/// GEMM) loses to one that is steadily fast.
+const TRIAL_RUNS: usize = 5;
+
+/// The median of `TRIAL_RUNS` runs, each the slowest rank's time: a trial of one way to run a
+/// step.
 fn trial<B: Backend>(b: &B, run: &mut dyn FnMut() -> Result<()>) -> Result<f64> {
-    let mut best = f64::INFINITY;
-    for _ in 0..3 {
-        best = best.min(once(b, run)?);
-    }
-    Ok(best)
+    let mut times = (0..TRIAL_RUNS)
+        .map(|_| once(b, &mut *run))
+        .collect::<Result<Vec<f64>>>()?;
+    times.sort_by(f64::total_cmp);
+    Ok(times[TRIAL_RUNS / 2])
 }
 
 /// The choice between a matmul in rounds and the same matmul gathering in one exchange
-/// (`ways`, in that order): each runs three times before the step's own runs, and the one whose
-/// slowest rank was faster at its best is kept. Returns it and both best times.
+/// (`ways`, in that order): each runs five times before the step's own runs, and the one whose
+/// slowest rank's median time was shorter is kept. Returns it and both trial times.
 fn pick_pipeline<B: Backend>(
     b: &B,
     mut ways: [PreparedMatmul<B>; 2],
     inputs: &[&B::Buf],
 ) -> Result<(PreparedMatmul<B>, [f64; 2])> {
-    let mut best = [f64::INFINITY; 2];
-    for (way, t) in ways.iter_mut().zip(&mut best) {
+    let mut times = [f64::INFINITY; 2];
+    for (way, t) in ways.iter_mut().zip(&mut times) {
         *t = trial(b, &mut || way.run(b, inputs))?;
     }
     let [rounds, whole] = ways;
-    Ok((if best[0] <= best[1] { rounds } else { whole }, best))
+    Ok((if times[0] <= times[1] { rounds } else { whole }, times))
 }
 
 /// Runs a setup phase; with `-v` it waits for the device and reports the phase's time.
