@@ -2,6 +2,7 @@
 command, and both against the limit (P x the single-GPU cuBLAS rate, measured here with cupy).
 
     python bench/gpu/matmul.py [--bin target/release/distrun] [--ranks 2 4] [--cases ...]
+                               [--pipeline auto rounds whole]
 
 Needs the nvmath wheels in .tools/wheels (see bench/RESULTS.md); they are installed into a
 temporary directory for the peer only. Prints one table row per case and rank count.
@@ -29,7 +30,7 @@ CASES = {
 }
 
 
-def spec(dtype, n, kind, via):
+def spec(dtype, n, kind, via, pipeline="auto"):
     init = 'init = { uniform = { low = 0.0, high = 1.0 } }'
     if kind == "slab":
         dists, tr = ['{ slab = "y" }', '{ slab = "y" }', '{ slab = "x" }'], "transpose_a = true\n"
@@ -42,13 +43,14 @@ def spec(dtype, n, kind, via):
         for x, dist in zip("abd", dists))
     backends = '["nccl", "nvshmem"]' if via == "nvshmem" else '["nccl"]'
     return (f'[job]\nname = "bench-matmul"\n[runtime]\ndevice = "cuda"\nbackends = {backends}\n{t}'
-            f'[[steps]]\nop = "matmul"\na = "a"\nb = "b"\nout = "d"\n{tr}warmup = 3\niterations = 10\n'
+            f'[[steps]]\nop = "matmul"\na = "a"\nb = "b"\nout = "d"\n{tr}pipeline = "{pipeline}"\n'
+            'warmup = 3\niterations = 10\n'
             "[output]\ntensors = []\n")
 
 
-def distrun(binary, p, dtype, n, kind, via, work):
-    path = work / f"{dtype}-{n}-{kind}-{p}-{via}.toml"
-    path.write_text(spec(dtype, n, kind, via))
+def distrun(binary, p, dtype, n, kind, via, pipeline, work):
+    path = work / f"{dtype}-{n}-{kind}-{p}-{via}-{pipeline}.toml"
+    path.write_text(spec(dtype, n, kind, via, pipeline))
     out = work / f"run-{path.stem}"
     r = subprocess.run(["mpiexec", "-n", str(p), binary, "run", str(path), "--out", str(out), "-q"],
                        env=ENV, capture_output=True, text=True)
@@ -111,6 +113,8 @@ def main():
     ap.add_argument("--no-peer", action="store_true")
     ap.add_argument("--via", nargs="+", default=["nccl", "nvshmem"],
                     help="data movement: NCCL exchanges, or NVSHMEM puts")
+    ap.add_argument("--pipeline", nargs="+", default=["auto"],
+                    help="how a gathered operand travels: trials choose, or pinned to rounds or whole")
     args = ap.parse_args()
     work = pathlib.Path(tempfile.mkdtemp())
     limits = {}
@@ -127,8 +131,9 @@ def main():
         if not cases:
             continue
         theirs = {} if args.no_peer else peer(p, [(c, v[:3] + (None,)) for c, v in cases])
-        for (name, (d, n, kind, _)), via in ((c, v) for c in cases for v in args.via):
-            t, alg = distrun(args.bin, p, d, n, kind, via, work)
+        runs = ((c, v, w) for c in cases for v in args.via for w in args.pipeline)
+        for (name, (d, n, kind, _)), via, pipeline in runs:
+            t, alg = distrun(args.bin, p, d, n, kind, via, pipeline, work)
             flops = 2 * n**3
             if t is None:
                 print(f"| {name} | {p} | {via} | failed: {alg} |")
