@@ -51,7 +51,7 @@ def spec(dtype, n, kind, via, pipeline="auto"):
 def distrun(binary, p, dtype, n, kind, via, pipeline, work):
     path = work / f"{dtype}-{n}-{kind}-{p}-{via}-{pipeline}.toml"
     path.write_text(spec(dtype, n, kind, via, pipeline))
-    out = work / f"run-{path.stem}"
+    out = pathlib.Path(tempfile.mkdtemp(prefix=f"run-{path.stem}-", dir=work)) / "run"
     r = subprocess.run(["mpiexec", "-n", str(p), binary, "run", str(path), "--out", str(out), "-q"],
                        env=ENV, capture_output=True, text=True)
     if r.returncode != 0:

@@ -467,61 +467,53 @@ fn once<B: Backend>(b: &B, run: &mut dyn FnMut() -> Result<()>) -> Result<f64> {
 }
 
 /// The choice between NCCL and NVSHMEM for a step whose data puts can move (a movement into a
-/// symmetric result, an FFT's transpose): each way runs five times before the step's own
-/// runs, and the one whose slowest rank's median time was shorter moves the step. Returns the
-/// choice and both trial times.
+/// symmetric result, an FFT's transpose), by `trials`; returns it and both trial times.
 fn pick_via<B: Backend, P>(
     b: &B,
     prepared: &mut P,
     set: impl Fn(&mut P, CommBackend),
     mut run: impl FnMut(&mut P) -> Result<()>,
 ) -> Result<(CommBackend, [f64; 2])> {
-    let mut times = [f64::INFINITY; 2];
-    for (i, via) in [CommBackend::Nccl, CommBackend::Nvshmem]
-        .into_iter()
-        .enumerate()
-    {
-        set(prepared, via);
-        times[i] = trial(b, &mut || run(prepared))?;
-    }
-    let chosen = if times[1] < times[0] {
-        CommBackend::Nvshmem
-    } else {
-        CommBackend::Nccl
-    };
+    let vias = [CommBackend::Nccl, CommBackend::Nvshmem];
+    let times = trials(b, &mut |i| {
+        set(prepared, vias[i]);
+        run(prepared)
+    })?;
+    let chosen = vias[usize::from(times[1] < times[0])];
     set(prepared, chosen);
     Ok((chosen, times))
 }
 
-/// Runs in a trial of one way to run a step: the median ignores the first run's warm-up and
-/// the luck of one fast run, so a way that is often slow (NCCL's kernels sharing the SMs with a
-/// GEMM) loses to one that is steadily fast.
-const TRIAL_RUNS: usize = 5;
-
-/// The median of `TRIAL_RUNS` runs, each the slowest rank's time: a trial of one way to run a
-/// step.
-fn trial<B: Backend>(b: &B, run: &mut dyn FnMut() -> Result<()>) -> Result<f64> {
-    let mut times = (0..TRIAL_RUNS)
-        .map(|_| once(b, &mut *run))
-        .collect::<Result<Vec<f64>>>()?;
-    times.sort_by(f64::total_cmp);
-    Ok(times[TRIAL_RUNS / 2])
-}
-
 /// The choice between a matmul in rounds and the same matmul gathering in one exchange
-/// (`ways`, in that order): each runs five times before the step's own runs, and the one whose
-/// slowest rank's median time was shorter is kept. Returns it and both trial times.
+/// (`ways`, in that order), by `trials`; returns the kept one and both trial times.
 fn pick_pipeline<B: Backend>(
     b: &B,
     mut ways: [PreparedMatmul<B>; 2],
     inputs: &[&B::Buf],
 ) -> Result<(PreparedMatmul<B>, [f64; 2])> {
-    let mut times = [f64::INFINITY; 2];
-    for (way, t) in ways.iter_mut().zip(&mut times) {
-        *t = trial(b, &mut || way.run(b, inputs))?;
-    }
+    let times = trials(b, &mut |i| ways[i].run(b, inputs))?;
     let [rounds, whole] = ways;
     Ok((if times[0] <= times[1] { rounds } else { whole }, times))
+}
+
+/// Runs of each way in a trial.
+const TRIAL_RUNS: usize = 3;
+
+/// Trials of two ways to run a step (`run(0)`, `run(1)`) before the step's own runs: each way
+/// runs `TRIAL_RUNS` times, the two in turn, so both meet the GPUs alike warm (a long GEMM
+/// lowers the clocks of the runs after it); a way's time is the median of its runs' slowest
+/// rank's times, which ignores its first run's warm-up and the luck of one fast run.
+fn trials<B: Backend>(b: &B, run: &mut dyn FnMut(usize) -> Result<()>) -> Result<[f64; 2]> {
+    let mut times = [Vec::new(), Vec::new()];
+    for _ in 0..TRIAL_RUNS {
+        for (i, t) in times.iter_mut().enumerate() {
+            t.push(once(b, &mut || run(i))?);
+        }
+    }
+    Ok(times.map(|mut t| {
+        t.sort_by(f64::total_cmp);
+        t[TRIAL_RUNS / 2]
+    }))
 }
 
 /// Runs a setup phase; with `-v` it waits for the device and reports the phase's time.

@@ -93,11 +93,11 @@ pub struct StepRecord {
 pub struct PipelineRecord {
     /// `rounds` or `whole`.
     pub chosen: String,
-    /// The median of five trial runs in rounds, seconds (slowest rank); absent when the spec
+    /// The median of three trial runs in rounds, seconds (slowest rank); absent when the spec
     /// chose (`pipeline = "rounds"`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rounds_s: Option<f64>,
-    /// The median of five trial runs in one exchange, likewise.
+    /// The median of three trial runs in one exchange, likewise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub whole_s: Option<f64>,
 }
@@ -107,9 +107,9 @@ pub struct PipelineRecord {
 pub struct ViaRecord {
     /// `nccl` or `nvshmem`.
     pub chosen: String,
-    /// The median of five trial runs by NCCL, seconds (slowest rank).
+    /// The median of three trial runs by NCCL, seconds (slowest rank).
     pub nccl_s: f64,
-    /// The median of five trial runs by NVSHMEM puts, seconds (slowest rank).
+    /// The median of three trial runs by NVSHMEM puts, seconds (slowest rank).
     pub nvshmem_s: f64,
 }
 
