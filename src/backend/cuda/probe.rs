@@ -32,12 +32,14 @@ impl Lib {
         }
     }
 
-    /// The file names tried, in order.
+    /// The file names tried, in order, each once (cudarc's list repeats some).
     pub fn candidates(self) -> Vec<String> {
         let mut names = cudarc::get_lib_name_candidates(self.name());
         if self == Lib::Nccl {
             names.push("libnccl.so.2".into());
         }
+        let mut seen = std::collections::HashSet::new();
+        names.retain(|n| seen.insert(n.clone()));
         names
     }
 
@@ -96,5 +98,21 @@ mod tests {
             }
         }
         assert!(Lib::Nccl.candidates().contains(&"libnccl.so.2".to_string()));
+    }
+
+    #[test]
+    fn each_file_name_is_tried_once() {
+        for lib in [
+            Lib::Driver,
+            Lib::Nvrtc,
+            Lib::Nccl,
+            Lib::Cublas,
+            Lib::Cublaslt,
+            Lib::Cufft,
+        ] {
+            let names = lib.candidates();
+            let unique: std::collections::HashSet<_> = names.iter().collect();
+            assert_eq!(unique.len(), names.len(), "{lib:?}: {names:?}");
+        }
     }
 }
