@@ -212,14 +212,9 @@ impl<B: Backend> PreparedFft<B> {
             ..out.clone()
         };
         let after2 = b.zeros(local_bytes(&natural, ranks, rank))?;
-        let batched_back = if back_by_rows {
-            BatchedBack::new(b, &natural, &phase2)?
-        } else {
-            None
-        };
         let back = if natural == *out {
             Back::None
-        } else if let Some(p) = batched_back {
+        } else if back_by_rows && let Some(p) = BatchedBack::new(b, &natural, &phase2)? {
             Back::Batched(p)
         } else {
             let m = Movement::new(&natural, out, ranks, rank);
