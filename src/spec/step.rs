@@ -155,8 +155,8 @@ impl Epilog {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum MatmulPipeline {
-    /// Where rounds can run, three trial runs each way before the step's own runs; the faster
-    /// is kept (the manifest's `pipeline` records both).
+    /// Where rounds can run, three trial runs each way, in turn, before the step's own runs;
+    /// the one with the shorter median is kept (the manifest's `pipeline` records both).
     #[default]
     Auto,
     /// Piece by piece, each piece's GEMM as soon as it has arrived, overlapping the next
