@@ -655,3 +655,57 @@ tensors = ["all", "cols"]
         }
     }
 }
+
+#[test]
+fn send_recv_of_a_computed_tensor_moves_its_rows_and_every_rank_skips_the_check() {
+    // A matmul's rows go on by send_recv to a rank that the others do not send to: no init
+    // predicts them, so every rank must skip the check alike (ranks that disagreed would wait
+    // in different collectives).
+    let spec = |p: usize| {
+        format!(
+            r#"[job]
+name = "computed"
+[tensors.a]
+shape = [{p}, 4]
+dtype = "f64"
+distribution = {{ slab = 0 }}
+init = {{ arange = {{}} }}
+[tensors.b]
+shape = [4, 2]
+dtype = "f64"
+init = {{ arange = {{ start = 1 }} }}
+[tensors.d]
+shape = [{p}, 2]
+dtype = "f64"
+distribution = {{ slab = 0 }}
+[[steps]]
+op = "matmul"
+a = "a"
+b = "b"
+out = "d"
+[[steps]]
+op = "send_recv"
+input = "d"
+out = "moved"
+pairs = [[0, 1]]
+check = true
+[output]
+tensors = ["moved"]
+gather = true
+"#
+        )
+    };
+    // d[i][j] = sum_k a[i][k] b[k][j] with a = arange, b = arange + 1; moved[1] = d[0].
+    let d = |j: usize| (0..4).map(|k| (k * (k * 2 + j + 1)) as f64).sum::<f64>();
+    for p in [2, 3] {
+        let spec = temp_spec(&format!("computed{p}"), &spec(p));
+        let out = spec.parent().unwrap().join("run");
+        let m = run_ok(p, &spec, &out, &[]);
+        assert!(m["steps"][1].get("check").is_none(), "{}", m["steps"][1]);
+        let (shape, values) = read_npy(&out.join("moved.npy"));
+        assert_eq!(shape, [p as u64, 2]);
+        let mut want = vec![0.0; p * 2];
+        want[2..4].copy_from_slice(&[d(0), d(1)]);
+        assert_eq!(values, want, "{p} ranks");
+    }
+}

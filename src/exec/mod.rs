@@ -638,6 +638,8 @@ fn next_origin(step: &Step, input: &Origin, in_state: &TensorState, ranks: u64) 
         other => unreachable!("a partial tensor comes from its init, not {other:?}"),
     };
     match step {
+        // Moved computed values stay unpredicted on every rank (all must skip the check alike).
+        _ if matches!(input, Origin::Computed) => Origin::Computed,
         Step::AllReduce(s) => Origin::Reduced(partial(), s.reduce),
         Step::Reduce(s) => Origin::Reduced(partial(), s.reduce),
         Step::ReduceScatter(s) => Origin::Reduced(partial(), s.reduce),
