@@ -104,12 +104,15 @@ fn with_run_implied(mut args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString
 /// Parses the command line, runs the command and returns its exit status.
 pub fn main() -> ExitCode {
     let cli = Cli::parse_from(with_run_implied(std::env::args_os().collect()));
-    match run(cli.command) {
-        Ok(code) => code,
-        Err(e) => {
+    crate::runtime::abort_job_on_panic();
+    match std::panic::catch_unwind(|| run(cli.command)) {
+        Ok(Ok(code)) => code,
+        Ok(Err(e)) => {
             eprintln!("distrun: {e:#}");
             ExitCode::FAILURE
         }
+        // One rank alone: the hook printed the panic; a runtime failure's exit code.
+        Err(_) => ExitCode::FAILURE,
     }
 }
 

@@ -709,3 +709,34 @@ gather = true
         assert_eq!(values, want, "{p} ranks");
     }
 }
+
+#[test]
+fn a_panic_on_one_rank_ends_every_rank_with_its_message() {
+    // Rank 1 panics (a testing hook standing in for a bug) while the others wait for it in an
+    // all-reduce: the job must end, not hang while the panicking rank tears MPI down.
+    let spec = temp_spec(
+        "panic",
+        "[job]\nname = \"panic\"\n[output]\ndir = \"runs-panic\"\n[tensors.x]\nshape = [8]\ndtype = \"f32\"\ndistribution = \"partial\"\ninit = \"ones\"\n[[steps]]\nop = \"all_reduce\"\ninput = \"x\"\n",
+    );
+    for (p, rank) in [(1, "0"), (3, "1")] {
+        let t0 = Instant::now();
+        let ran = mpirun(
+            p,
+            &["run", spec.to_str().unwrap(), "-q"],
+            &[("DISTRUN_PANIC_RANK", rank)],
+            Duration::from_secs(60),
+        );
+        assert!(t0.elapsed() < Duration::from_secs(30), "{:?}", t0.elapsed());
+        assert_eq!(ran.code, 1, "{p} ranks: {}", ran.stderr);
+        assert_eq!(
+            ran.stderr
+                .matches(&format!("DISTRUN_PANIC_RANK={rank}"))
+                .count(),
+            1,
+            "{}",
+            ran.stderr
+        );
+        let dirs = [root().join("runs-panic"), spec.with_file_name("runs-panic")];
+        assert!(dirs.iter().all(|d| !d.exists()), "nothing written");
+    }
+}

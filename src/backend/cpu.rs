@@ -175,7 +175,7 @@ impl Backend for Cpu<'_> {
         buf.len()
     }
 
-    fn copy_runs(&self, src: &Vec<u8>, dst: &mut Vec<u8>, runs: &[Run], elem: usize) {
+    fn copy_runs(&self, src: &Vec<u8>, dst: &mut Vec<u8>, runs: &[Run], elem: usize) -> Result<()> {
         let out = Dst(dst.as_mut_ptr());
         let (src_len, dst_len) = (src.len(), dst.len());
         runs.par_iter().with_min_len(64).for_each(move |r| {
@@ -204,6 +204,7 @@ impl Backend for Cpu<'_> {
                 }
             }
         });
+        Ok(())
     }
 
     fn gemm(
@@ -478,7 +479,7 @@ mod tests {
                 dst_stride: 3,
             })
             .collect();
-        cpu.copy_runs(&src, &mut dst, &runs, 2);
+        cpu.copy_runs(&src, &mut dst, &runs, 2).unwrap();
         assert_eq!(dst, [0, 1, 4, 5, 8, 9, 2, 3, 6, 7, 10, 11]);
     }
 }

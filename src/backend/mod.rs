@@ -78,7 +78,13 @@ pub trait Backend {
     fn len(&self, buf: &Self::Buf) -> usize;
 
     /// Strided element copies from `src` into `dst` (elements of `elem` bytes).
-    fn copy_runs(&self, src: &Self::Buf, dst: &mut Self::Buf, runs: &[Run], elem: usize);
+    fn copy_runs(
+        &self,
+        src: &Self::Buf,
+        dst: &mut Self::Buf,
+        runs: &[Run],
+        elem: usize,
+    ) -> Result<()>;
 
     /// Whether [`Backend::gemm`] can apply `epilog` itself ([`Out::fused`]) to a product of
     /// pieces stored in `dtype`. The CPU fuses nothing; the GPU fuses through cuBLASLt.

@@ -283,7 +283,7 @@ fn execute<B: Backend>(
     for (name, t) in plan.tensors.iter().filter(|_| arena.is_some()) {
         if let Some((state, buf)) = tensors.remove(name) {
             let place = heap_place(b, arena.as_ref(), t, b.len(&buf))?;
-            tensors.insert(name.clone(), (state, settle(b, place, buf)));
+            tensors.insert(name.clone(), (state, settle(b, place, buf)?));
         }
     }
     let source = expect::Source {
@@ -292,6 +292,7 @@ fn execute<B: Backend>(
         ranks,
     };
     let mut records = Vec::new();
+    panic_if_asked(rank);
     for (i, (step, planned)) in spec.steps.iter().zip(&plan.steps).enumerate() {
         let common = step.common();
         progress.start_step(i, &planned.name, common.warmup + common.iterations);
@@ -448,7 +449,7 @@ fn execute<B: Backend>(
         progress.end_step(&record);
         records.push(record);
         origins.insert(out_name.clone(), origin);
-        tensors.insert(out_name.clone(), (out_state, settle(b, place, out)));
+        tensors.insert(out_name.clone(), (out_state, settle(b, place, out)?));
     }
     Ok(Outcome {
         steps: records,
@@ -553,13 +554,13 @@ fn heap_place<B: Backend>(
 }
 
 /// `buf`, copied into `place` where the tensor has one (then the place is the tensor).
-fn settle<B: Backend>(b: &B, place: Option<B::Buf>, buf: B::Buf) -> B::Buf {
+fn settle<B: Backend>(b: &B, place: Option<B::Buf>, buf: B::Buf) -> Result<B::Buf> {
     let Some(mut place) = place else {
-        return buf;
+        return Ok(buf);
     };
     let all = crate::ops::exchange::Run::contiguous(0, 0, b.len(&buf));
-    b.copy_runs(&buf, &mut place, &[all], 1);
-    place
+    b.copy_runs(&buf, &mut place, &[all], 1)?;
+    Ok(place)
 }
 
 /// Runs a step's warm-up and timed iterations; each time is the slowest rank's.
@@ -611,6 +612,15 @@ fn corrupt<B: Backend>(
         *out = b.upload(bytes)?;
     }
     Ok(())
+}
+
+/// Testing hook: `DISTRUN_PANIC_RANK=r` makes rank r panic before its first step, so that the
+/// tests can see a bug on one rank end the whole job.
+fn panic_if_asked(rank: u64) {
+    let wanted = std::env::var("DISTRUN_PANIC_RANK").ok();
+    if wanted.and_then(|v| v.parse().ok()) == Some(rank) {
+        panic!("DISTRUN_PANIC_RANK={rank}");
+    }
 }
 
 /// The inner dimension of a matmul, from a's shape.

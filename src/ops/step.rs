@@ -138,18 +138,18 @@ impl Movement {
             let source = if ex.direct_send.is_some() {
                 src
             } else {
-                b.copy_runs(src, send, &ex.pack, self.elem);
+                b.copy_runs(src, send, &ex.pack, self.elem)?;
                 &*send
             };
             if ex.direct_recv.is_some() {
                 b.all_to_all_v(source, &self.to, out, &self.from, self.elem)?;
             } else {
                 b.all_to_all_v(source, &self.to, recv, &self.from, self.elem)?;
-                b.copy_runs(recv, out, &ex.unpack, self.elem);
+                b.copy_runs(recv, out, &ex.unpack, self.elem)?;
             }
         }
         if !self.own_in_exchange {
-            b.copy_runs(src, out, &ex.local, self.elem);
+            b.copy_runs(src, out, &ex.local, self.elem)?;
         }
         Ok(())
     }
@@ -196,7 +196,7 @@ impl Movement {
         let source = if ex.direct_send.is_some() {
             src
         } else {
-            b.copy_runs(src, send, &ex.pack, elem);
+            b.copy_runs(src, send, &ex.pack, elem)?;
             &*send
         };
         for q in (1..ranks).map(|k| (me + k) % ranks) {
@@ -211,9 +211,9 @@ impl Movement {
                 self.from.displs[me],
                 self.to.counts[me],
             );
-            b.copy_runs(source, out, &[own], elem);
+            b.copy_runs(source, out, &[own], elem)?;
         } else {
-            b.copy_runs(src, out, &ex.local, elem);
+            b.copy_runs(src, out, &ex.local, elem)?;
         }
         b.put_barrier()
     }
@@ -454,7 +454,7 @@ impl<B: Backend> Prepared<B> {
                     b.reduce_scatter(input, &mut self.out, &counts, dtype, *op)?;
                 } else {
                     let send = &mut self.scratch[0];
-                    b.copy_runs(input, send, runs, elem);
+                    b.copy_runs(input, send, runs, elem)?;
                     b.reduce_scatter(send, &mut self.out, &counts, dtype, *op)?;
                 }
             }
@@ -465,7 +465,7 @@ impl<B: Backend> Prepared<B> {
                 let copies: Vec<exchange::Run> = (0..send.iter().filter(|&&c| c > 0).count())
                     .map(|k| exchange::Run::contiguous(0, k * row, row))
                     .collect();
-                b.copy_runs(input, staged, &copies, elem);
+                b.copy_runs(input, staged, &copies, elem)?;
                 b.all_to_all_v(
                     staged,
                     &Parts::packed(send),
@@ -480,7 +480,7 @@ impl<B: Backend> Prepared<B> {
                         &mut self.out,
                         &[exchange::Run::contiguous(0, 0, n)],
                         elem,
-                    );
+                    )?;
                 }
             }
             Kernel::Barrier => b.barrier()?,

@@ -41,6 +41,17 @@ impl Context {
     }
 }
 
+/// Makes a panic (a bug) end every rank as an error does: the panic's message, then MPI_Abort
+/// where MPI runs with more than one rank. Unwinding instead would tear down NCCL, NVSHMEM and
+/// MPI while the other ranks wait for this one in a collective, and the job would hang.
+pub fn abort_job_on_panic() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info);
+        mpi::abort_if_running(1);
+    }));
+}
+
 /// An error already printed by the first rank (the others print nothing more).
 #[derive(Debug)]
 pub struct Reported(pub String);

@@ -119,6 +119,24 @@ fn counts_and_displs(counts: &[usize]) -> Result<(Vec<c_int>, Vec<c_int>)> {
     Ok((counts.iter().map(|&c| c as c_int).collect(), displs))
 }
 
+/// Ends every rank with `MPI_Abort` where MPI runs (initialized, not finalized) with more than
+/// one rank; otherwise does nothing.
+pub fn abort_if_running(code: i32) {
+    let (mut initialized, mut finalized, mut size): (c_int, c_int, c_int) = (0, 0, 0);
+    // SAFETY: the queries may be called at any time; the size and abort only while MPI runs.
+    unsafe {
+        ffi::MPI_Initialized(&mut initialized);
+        ffi::MPI_Finalized(&mut finalized);
+        if initialized == 0 || finalized != 0 {
+            return;
+        }
+        ffi::MPI_Comm_size(world(), &mut size);
+        if size > 1 {
+            ffi::MPI_Abort(world(), code);
+        }
+    }
+}
+
 impl MpiComm {
     /// The world communicator of an initialized MPI.
     pub fn world() -> Self {

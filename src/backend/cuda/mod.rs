@@ -458,9 +458,15 @@ impl Backend for Cuda<'_> {
         buf.len
     }
 
-    fn copy_runs(&self, src: &Self::Buf, dst: &mut Self::Buf, runs: &[Run], elem: usize) {
+    fn copy_runs(
+        &self,
+        src: &Self::Buf,
+        dst: &mut Self::Buf,
+        runs: &[Run],
+        elem: usize,
+    ) -> Result<()> {
         if runs.is_empty() {
-            return;
+            return Ok(());
         }
         // One contiguous run goes to the copy engines; several runs to the kernel, which moved
         // MiB-sized runs 2-3x faster than a copy-engine copy per run (bench/RESULTS.md, FFT
@@ -471,18 +477,15 @@ impl Backend for Cuda<'_> {
             if r.count > 0 {
                 let (s, d, n) = (r.src * elem, r.dst * elem, r.count * elem);
                 self.st()
-                    .memcpy_dtod(&src.data.slice(s..s + n), &mut dst.data.slice_mut(d..d + n))
-                    .expect("a device-to-device copy");
+                    .memcpy_dtod(&src.data.slice(s..s + n), &mut dst.data.slice_mut(d..d + n))?;
             }
-            return;
+            return Ok(());
         }
         let table: Vec<u64> = runs
             .iter()
             .flat_map(|r| [r.src, r.dst, r.count, r.src_stride, r.dst_stride].map(|x| x as u64))
             .collect();
-        let table = self
-            .device_table(&table)
-            .expect("copying a run table to the GPU");
+        let table = self.device_table(&table)?;
         let longest = runs.iter().map(|r| r.count * elem).max().unwrap_or(0);
         let chunks = longest.div_ceil(65536).clamp(1, 1024) as u32;
         let (n, elem) = (runs.len() as u64, elem as u64);
@@ -499,7 +502,8 @@ impl Backend for Cuda<'_> {
             .arg(&n)
             .arg(&elem);
         // SAFETY: the runs stay inside both buffers (the exchange plans size them).
-        unsafe { launch.launch(cfg) }.expect("launching the copy kernel");
+        unsafe { launch.launch(cfg) }?;
+        Ok(())
     }
 
     fn fuses(&self, dtype: DType, _epilog: Epilog) -> bool {

@@ -168,9 +168,9 @@ impl<B: Backend> BatchedBack<B> {
             let after2 = &*after2;
             let parts = (&batch.own[..], &batch.puts[..]);
             last = Some(route.move_batch(b, after2, out, parts, elem, &mut |out| {
-                b.copy_runs(after2, send, &batch.pack, elem);
+                b.copy_runs(after2, send, &batch.pack, elem)?;
                 b.all_to_all_v(send, &batch.to, recv, &batch.from, elem)?;
-                b.copy_runs(recv, out, &batch.unpack, elem);
+                b.copy_runs(recv, out, &batch.unpack, elem)?;
                 Ok(())
             })?);
         }

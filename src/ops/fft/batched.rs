@@ -102,11 +102,11 @@ impl Route {
                 puts.iter()
                     .try_for_each(|p| b.put((src, p.src), (&*out, p.dst), p.rows, p.peer))
             })?;
-            b.copy_runs(src, out, own, elem);
+            b.copy_runs(src, out, own, elem)?;
             return Ok(mark);
         }
         b.side(&mut || {
-            b.copy_runs(src, out, own, elem);
+            b.copy_runs(src, out, own, elem)?;
             nccl(out)
         })
     }
@@ -287,7 +287,7 @@ impl<B: Backend> Batched<B> {
             let after1 = &*after1;
             let parts = (&batch.own[..], &batch.puts[..]);
             last = Some(route.move_batch(b, after1, out, parts, elem, &mut |out| {
-                b.copy_runs(after1, send, &batch.pack, elem);
+                b.copy_runs(after1, send, &batch.pack, elem)?;
                 b.all_to_all_v(send, &batch.to, out, &batch.from, elem)
             })?);
         }

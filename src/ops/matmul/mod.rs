@@ -487,7 +487,7 @@ impl<B: Backend> PreparedMatmul<B> {
             // The product is the result: copy it as it is.
             let n = b.len(product) / dtype.size() as usize;
             let all = [super::exchange::Run::contiguous(0, 0, n)];
-            b.copy_runs(product, &mut self.natural, &all, dtype.size() as usize);
+            b.copy_runs(product, &mut self.natural, &all, dtype.size() as usize)?;
         } else {
             let add = epilog::Addends { c, bias };
             b.finish(
