@@ -82,6 +82,11 @@ shape = [{p}, {p}, 3]
 dtype = "c64"
 distribution = {{ slab = 0 }}
 init = {{ arange = {{}} }}
+[tensors.small]
+shape = [3, 2]
+dtype = "i8"
+distribution = "partial"
+init = {{ fill = 100 }}
 [tensors.ring]
 shape = [{p}, 5]
 dtype = "u8"
@@ -106,6 +111,8 @@ init = {{ arange = {{}} }}
     }
     s += "[[steps]]\nop = \"all_reduce\"\ninput = \"ipart\"\nout = \"iar\"\ncheck = true\n";
     s += "[[steps]]\nop = \"all_reduce\"\ninput = \"inplace\"\ncheck = true\n";
+    // i8 sums of 100 wrap (MPI and NCCL add in the dtype) before avg divides.
+    s += "[[steps]]\nop = \"all_reduce\"\ninput = \"small\"\nout = \"iavg\"\nreduce = \"avg\"\ncheck = true\n";
     s += "[[steps]]\nop = \"reduce\"\ninput = \"rin\"\nreduce = \"max\"\ncheck = true\n";
     s += "[[steps]]\nop = \"broadcast\"\ninput = \"bin\"\ncheck = true\n";
     s += "[[steps]]\nop = \"all_gather\"\ninput = \"rows\"\nout = \"gathered\"\ncheck = true\n";

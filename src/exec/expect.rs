@@ -126,7 +126,8 @@ fn fold(op: ReduceOp, dtype: DType, values: impl Iterator<Item = Scalar>, ranks:
             let ints = values.iter().map(|v| as_i128(*v));
             let r: i128 = match op {
                 ReduceOp::Sum => ints.fold(0, i128::wrapping_add),
-                ReduceOp::Avg => ints.sum::<i128>() / ranks as i128,
+                // The sum wraps in the dtype's width before the division, as in MPI and NCCL.
+                ReduceOp::Avg => wrap(dtype, ints.fold(0, i128::wrapping_add)) / ranks as i128,
                 ReduceOp::Prod => ints.fold(1, i128::wrapping_mul),
                 ReduceOp::Min => ints.min().unwrap_or(0),
                 ReduceOp::Max => ints.max().unwrap_or(0),
@@ -159,6 +160,18 @@ fn fold(op: ReduceOp, dtype: DType, values: impl Iterator<Item = Scalar>, ranks:
                 Scalar::Real(re)
             }
         }
+    }
+}
+
+/// `v` wrapped into the range of the integer `dtype`.
+fn wrap(dtype: DType, v: i128) -> i128 {
+    match dtype {
+        DType::I8 => i128::from(v as i8),
+        DType::U8 => i128::from(v as u8),
+        DType::I32 => i128::from(v as i32),
+        DType::U32 => i128::from(v as u32),
+        DType::I64 => i128::from(v as i64),
+        _ => i128::from(v as u64),
     }
 }
 
@@ -229,5 +242,30 @@ pub fn compare(
     Comparison {
         passed,
         max_error: worst,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Scalar, fold};
+    use crate::spec::step::ReduceOp;
+    use crate::spec::tensor::DType;
+
+    #[test]
+    fn integer_averages_divide_the_sum_wrapped_in_the_dtype() {
+        let avg = |dtype, ranks| {
+            fold(
+                ReduceOp::Avg,
+                dtype,
+                (0..ranks).map(|_| Scalar::Int(100)),
+                ranks,
+            )
+        };
+        // i8: 200 wraps to -56, 300 to 44, 400 to -112; the quotient truncates toward zero.
+        assert_eq!(avg(DType::I8, 1), Scalar::Int(100));
+        assert_eq!(avg(DType::I8, 2), Scalar::Int(-28));
+        assert_eq!(avg(DType::I8, 3), Scalar::Int(14));
+        assert_eq!(avg(DType::I8, 4), Scalar::Int(-28));
+        assert_eq!(avg(DType::I32, 4), Scalar::Int(100));
     }
 }

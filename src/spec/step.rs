@@ -316,7 +316,7 @@ pub enum ReduceOp {
     Min,
     /// Maximum (real dtypes).
     Max,
-    /// Mean over ranks (floating-point dtypes).
+    /// Mean over ranks (integers: the sum, wrapped in the dtype, divided and truncated).
     Avg,
 }
 
