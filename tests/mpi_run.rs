@@ -747,3 +747,54 @@ fn a_panic_on_one_rank_ends_every_rank_with_its_message() {
         assert!(dirs.iter().all(|d| !d.exists()), "nothing written");
     }
 }
+
+#[test]
+fn reductions_of_a_partial_npy_tensor_are_checked_at_1_to_4_ranks() {
+    // Each rank's row of a [P, 12, 5] file; every reduction's check folds the rows it reads at
+    // its own piece, and the results equal the sums computed here.
+    for p in 1..=4usize {
+        let dir = temp_dir(&format!("npy-partial-{p}"));
+        let n = 60;
+        let v: Vec<(f64, f64)> = (0..p * n)
+            .map(|i| ((i * 7 % 11) as f64 - 3.5, 0.0))
+            .collect();
+        write_values(
+            &dir,
+            "part",
+            distrun::spec::tensor::DType::F64,
+            &[p as u64, 12, 5],
+            &v,
+        );
+        let spec = dir.join("npy.toml");
+        std::fs::write(
+            &spec,
+            format!(
+                "[job]\nname = \"npy-partial\"\n[tensors.x]\nshape = [12, 5]\ndtype = \"f64\"\ndistribution = \"partial\"\ninit = {{ npy = \"part.npy\" }}\n\
+                 [[steps]]\nop = \"all_reduce\"\ninput = \"x\"\nout = \"sum\"\ncheck = true\n\
+                 [[steps]]\nop = \"reduce_scatter\"\ninput = \"x\"\nout = \"mx\"\nreduce = \"max\"\naxis = 0\ncheck = true\n\
+                 [[steps]]\nop = \"reduce\"\ninput = \"x\"\nout = \"at\"\nroot = {}\ncheck = true\n\
+                 [output]\ntensors = [\"sum\", \"mx\"]\ngather = true\n",
+                p - 1
+            ),
+        )
+        .unwrap();
+        let out = dir.join("run");
+        run_ok(p, &spec, &out, &[]);
+        assert_checks_passed(&out);
+        let (_, sum) = read_npy(&out.join("sum.npy"));
+        let (_, mx) = read_npy(&out.join("mx.npy"));
+        for i in 0..n {
+            let column = (0..p).map(|r| v[r * n + i].0);
+            assert_eq!(
+                sum[i],
+                column.clone().sum::<f64>(),
+                "{p} ranks, element {i}"
+            );
+            assert_eq!(
+                mx[i],
+                column.fold(f64::MIN, f64::max),
+                "{p} ranks, element {i}"
+            );
+        }
+    }
+}

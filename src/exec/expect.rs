@@ -4,8 +4,9 @@
 use crate::init::{self, Scalar};
 use crate::plan::TensorState;
 use crate::spec::step::ReduceOp;
-use crate::spec::tensor::{DType, Distribution, Layout};
+use crate::spec::tensor::{DType, Init};
 use anyhow::Result;
+use rayon::prelude::*;
 use std::path::Path;
 
 /// Where a tensor's values come from.
@@ -88,34 +89,60 @@ impl Source<'_> {
         }))
     }
 
-    /// The reduction of every rank's row of a partial tensor, on `rank`'s piece of `state`.
+    /// The reduction of every rank's row of a partial tensor, on `rank`'s piece of `state`,
+    /// element by element: generated rows straight from their generator (no row is held), rows
+    /// of an `npy` file read at the piece's elements only.
     fn reduced(&self, name: &str, op: ReduceOp, state: &TensorState, rank: u64) -> Result<Vec<u8>> {
-        let whole = TensorState {
-            dist: Distribution::Partial,
-            layout: Layout::C,
-            ..state.clone()
-        };
-        let rows: Vec<Vec<u8>> = (0..self.ranks)
-            .map(|r| self.fill(name, &whole, r))
-            .collect::<Result<_>>()?;
-        let Some(map) = init::IndexMap::new(state, self.ranks, rank) else {
+        let (dtype, ranks, seed) = (state.dtype, self.ranks, self.spec.job.seed);
+        let size = dtype.size() as usize;
+        let init = self.spec.tensors[name]
+            .init
+            .as_ref()
+            .expect("a reduced tensor has an init");
+        let Some(map) = init::IndexMap::new(state, ranks, rank) else {
             return Ok(Vec::new());
         };
-        let size = state.dtype.size() as usize;
         let mut out = vec![0u8; map.len() as usize * size];
-        // Local offsets in the piece's storage order, each with its C-order global index.
-        let mut idx = map.unravel(0);
-        for el in out.chunks_exact_mut(size) {
-            let at = map.global_linear(&idx) as usize * size;
-            let values = rows
-                .iter()
-                .map(|row| init::decode(state.dtype, &row[at..at + size]));
-            init::encode(state.dtype, fold(op, state.dtype, values, self.ranks), el);
-            map.advance(&mut idx);
+        if let Some(generator) = init::Generator::new(init, seed, name, dtype) {
+            // Row r's element i is the stacked [P, *S] tensor's r * n + i, rounded to the dtype.
+            let n: u64 = state.shape.iter().product();
+            out.par_chunks_mut(CHUNK * size)
+                .enumerate()
+                .for_each(|(k, chunk)| {
+                    let (mut idx, mut one) = (map.unravel((k * CHUNK) as u64), vec![0u8; size]);
+                    for el in chunk.chunks_exact_mut(size) {
+                        let at = map.global_linear(&idx);
+                        let values = (0..ranks).map(|r| {
+                            init::encode(dtype, generator.value(r * n + at), &mut one);
+                            init::decode(dtype, &one)
+                        });
+                        init::encode(dtype, fold(op, dtype, values, ranks), el);
+                        map.advance(&mut idx);
+                    }
+                });
+            return Ok(out);
         }
+        let Init::Npy(path) = init else {
+            unreachable!("only npy has no generator")
+        };
+        let path = self.dir.join(path);
+        let rows: Vec<Vec<u8>> = (0..ranks)
+            .map(|r| init::npy_row_piece(&path, state, ranks, rank, r))
+            .collect::<Result<_>>()?;
+        out.par_chunks_exact_mut(size)
+            .enumerate()
+            .for_each(|(e, el)| {
+                let values = rows
+                    .iter()
+                    .map(|row| init::decode(dtype, &row[e * size..(e + 1) * size]));
+                init::encode(dtype, fold(op, dtype, values, ranks), el);
+            });
         Ok(out)
     }
 }
+
+/// Elements per parallel task of [`Source::reduced`].
+const CHUNK: usize = 1 << 14;
 
 /// Combines the ranks' values as the reduction does (in f64 for floats, wrapping for integers).
 fn fold(op: ReduceOp, dtype: DType, values: impl Iterator<Item = Scalar>, ranks: u64) -> Scalar {

@@ -83,41 +83,46 @@ impl IndexMap {
     /// The map of `rank`'s piece; None when the rank holds nothing.
     pub fn new(state: &TensorState, ranks: u64, rank: u64) -> Option<Self> {
         let placement = Placement::new(&state.dist, &state.shape, ranks);
-        let mut local = placement.local_shape(rank)?;
+        let local = placement.local_shape(rank)?;
         // Every distribution maps each axis on its own, so one axis at a time suffices.
-        let mut coords: Vec<Coords> = placement
+        let coords: Vec<Coords> = placement
             .intervals(rank)?
             .iter()
             .map(|intervals| Coords::new(intervals))
             .collect();
-        let mut global = state.shape.clone();
-        if state.dist == Distribution::Partial {
-            global.insert(0, ranks);
-            local.insert(0, 1);
-            coords.insert(
-                0,
-                Coords::Range {
-                    start: rank,
-                    len: 1,
-                },
-            );
-        }
+        let map = IndexMap::assemble(state.shape.clone(), local, coords, state.layout);
+        Some(if state.dist == Distribution::Partial {
+            map.in_row(rank, ranks)
+        } else {
+            map
+        })
+    }
+
+    /// The same piece within row `row` of the stacked `[rows, *S]` (a partial tensor's rows).
+    pub fn in_row(mut self, row: u64, rows: u64) -> Self {
+        self.global.insert(0, rows);
+        self.local.insert(0, 1);
+        self.coords.insert(0, Coords::Range { start: row, len: 1 });
+        IndexMap::assemble(self.global, self.local, self.coords, self.layout)
+    }
+
+    fn assemble(global: Vec<u64>, local: Vec<u64>, coords: Vec<Coords>, layout: Layout) -> Self {
         let mut strides = vec![1; global.len()];
         for a in (0..global.len().saturating_sub(1)).rev() {
             strides[a] = strides[a + 1] * global[a + 1];
         }
-        let order = match state.layout {
+        let order = match layout {
             Layout::C => (0..global.len()).rev().collect(),
             Layout::F => (0..global.len()).collect(),
         };
-        Some(IndexMap {
+        IndexMap {
             global,
             local,
             coords,
-            layout: state.layout,
+            layout,
             strides,
             order,
-        })
+        }
     }
 
     /// Number of local elements.

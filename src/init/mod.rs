@@ -151,3 +151,19 @@ pub fn fill_local(
 ) -> anyhow::Result<Vec<u8>> {
     Ok(local_piece(init, seed, name, spec_dir, state, ranks, rank)?.into_bytes(state.dtype))
 }
+
+/// The bytes that row `row` of the partial tensor `name` holds at the elements of `rank`'s
+/// piece of `state` (shape `S`, any distribution), from its `npy` file (`[ranks, *S]`): what
+/// the reductions' checks fold, without reading every rank's whole row.
+pub fn npy_row_piece(
+    path: &Path,
+    state: &TensorState,
+    ranks: u64,
+    rank: u64,
+    row: u64,
+) -> anyhow::Result<Vec<u8>> {
+    match IndexMap::new(state, ranks, rank) {
+        Some(map) => npy::read_local(path, state, &map.in_row(row, ranks)),
+        None => Ok(Vec::new()),
+    }
+}
