@@ -1166,6 +1166,16 @@ impl Resolver<'_> {
         let here = KeyPath::root().key("output").key("tensors");
         let names: Vec<String> = self.tensors.keys().cloned().collect();
         for (j, name) in self.loaded.spec.output.tensors.iter().enumerate() {
+            if name.is_empty() || name.starts_with('.') || name.contains(['/', '\\']) {
+                self.err(
+                    Diagnostic::value(
+                        here.index(j),
+                        format!("tensor `{name}` cannot be written: its name is not a plain, visible file name"),
+                    )
+                    .help("its files are NAME.npy and NAME.rankR.npy: rename it without `/`, `\\` or a leading `.`"),
+                );
+                continue;
+            }
             let written = self.tensors.get(name).is_some_and(|t| !t.states.is_empty());
             // A tensor whose writing step has errors of its own needs no second report.
             let attempted = self
