@@ -34,15 +34,19 @@ pub fn write<B: Backend>(
     let spec = &loaded.spec;
     let (ranks, rank) = (b.ranks() as u64, b.rank() as u64);
     let algorithm = spec.output.checksum;
-    let final_path = opts.out.clone().unwrap_or_else(|| {
-        default_path(Path::new(&spec.output.dir), &spec.job.name, outcome.started)
-    });
     // Rank 0 creates the directory under a temporary name; the others open it by that name.
+    // `--out` must be free; a default name takes a suffix where a run of the same job that
+    // started in the same second has it.
     let created = if rank == 0 {
-        Some(
-            RunDir::create(final_path.clone())
-                .with_context(|| format!("cannot create {}", final_path.display()))?,
-        )
+        let (dir, final_path) = match &opts.out {
+            Some(out) => (RunDir::create(out.clone()), out.clone()),
+            None => {
+                let path =
+                    default_path(Path::new(&spec.output.dir), &spec.job.name, outcome.started);
+                (RunDir::create_unique(path.clone()), path)
+            }
+        };
+        Some(dir.with_context(|| format!("cannot create {}", final_path.display()))?)
     } else {
         None
     };
@@ -53,11 +57,8 @@ pub fn write<B: Backend>(
     let temp = b.all_gather_bytes(&mine)?.swap_remove(0);
     let rundir = match created {
         Some(dir) => dir,
-        None => RunDir::open(
-            PathBuf::from(String::from_utf8_lossy(&temp).into_owned()),
-            final_path,
-        )
-        .context("cannot open the run directory rank 0 created")?,
+        None => RunDir::open(PathBuf::from(String::from_utf8_lossy(&temp).into_owned()))
+            .context("cannot open the run directory rank 0 created")?,
     };
 
     let writing = std::time::Instant::now();

@@ -1,32 +1,38 @@
 //! Run directories that appear whole or not at all.
 //!
-//! A run directory is built under a hidden sibling name (`<parent>/.<name>.partial-<pid>`) and
+//! A run directory is built under a hidden sibling name (`<parent>/.<name>.partial-<pid>-<n>`) and
 //! renamed to its final name by [`RunDir::commit`]; inside it, every file is written under a
 //! hidden temporary name and renamed into place ([`RunDir::write_file`]). So a reader never sees
 //! a half-written file under its final name, nor a run directory without its manifest.
 //!
-//! With several processes (MPI ranks sharing a filesystem): rank 0 calls [`RunDir::create`] (the
-//! owner) and sends [`RunDir::path`] to the others, who call [`RunDir::open`] with it and the
-//! final path. Every rank writes its own files; after a barrier, only the owner commits (or
-//! abandons). A handle from [`RunDir::open`] never removes or renames the directory.
+//! With several processes (MPI ranks sharing a filesystem): rank 0 calls [`RunDir::create`] or
+//! [`RunDir::create_unique`] (the owner) and sends [`RunDir::path`] to the others, who call
+//! [`RunDir::open`] with it. Every rank writes its own files; after a barrier, only the owner
+//! commits. A handle from [`RunDir::open`] never removes or renames the directory.
 
 use chrono::{DateTime, Utc};
 use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// A run directory being written, under its temporary name until committed.
 #[derive(Debug)]
 pub struct RunDir {
     /// Where files are written until the commit.
     temp: PathBuf,
-    /// The name the directory takes at the commit.
+    /// The name the directory takes at the commit (the owner's).
     final_path: PathBuf,
-    /// True for the creating process: it alone commits, abandons, or removes on drop.
+    /// Where the final name is taken: the commit takes the first free of `<name>-2`, `<name>-3`...
+    unique: bool,
+    /// True for the creating process: it alone commits, or removes on drop.
     owner: bool,
-    /// True once committed or abandoned: nothing left to clean up.
+    /// True once committed: nothing left to clean up.
     settled: bool,
 }
+
+/// How many names a unique commit tries (`<name>`, then `<name>-2` up to this).
+const UNIQUE_TRIES: usize = 1000;
 
 /// `<output_dir>/<job_name>-<UTC timestamp>`, e.g. `runs/gemm-20261121T173045Z`.
 pub fn default_path(output_dir: &Path, job_name: &str, now: DateTime<Utc>) -> PathBuf {
@@ -53,11 +59,22 @@ fn check_name(name: &str) -> io::Result<()> {
 
 impl RunDir {
     /// Creates the temporary directory for `final_path` (and `final_path`'s parent directories),
-    /// as the owner. Refuses when `final_path` already exists.
+    /// as the owner. Refuses when `final_path` already exists (and the commit, when it has
+    /// appeared since).
     pub fn create(final_path: PathBuf) -> io::Result<RunDir> {
         if final_path.symlink_metadata().is_ok() {
             return Err(already_exists(&final_path));
         }
+        RunDir::create_as(final_path, false)
+    }
+
+    /// As [`RunDir::create`], for a name that need not be free: where `final_path` is taken (by
+    /// a run of the same job that started in the same second) the commit appends `-2`, `-3`...
+    pub fn create_unique(final_path: PathBuf) -> io::Result<RunDir> {
+        RunDir::create_as(final_path, true)
+    }
+
+    fn create_as(final_path: PathBuf, unique: bool) -> io::Result<RunDir> {
         let name = final_path.file_name().ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -69,23 +86,27 @@ impl RunDir {
             _ => PathBuf::from("."),
         };
         fs::create_dir_all(&parent)?;
+        // Unique to this process and this directory of it.
+        static CREATED: AtomicUsize = AtomicUsize::new(0);
         let temp = parent.join(format!(
-            ".{}.partial-{}",
+            ".{}.partial-{}-{}",
             name.to_string_lossy(),
-            std::process::id()
+            std::process::id(),
+            CREATED.fetch_add(1, Ordering::Relaxed)
         ));
         fs::create_dir(&temp)?;
         Ok(RunDir {
             temp,
             final_path,
+            unique,
             owner: true,
             settled: false,
         })
     }
 
     /// Opens a temporary directory that another process created (its [`RunDir::path`]), to write
-    /// files into. The handle cannot commit or abandon, and leaves the directory on drop.
-    pub fn open(temp_path: PathBuf, final_path: PathBuf) -> io::Result<RunDir> {
+    /// files into. The handle cannot commit, and leaves the directory on drop.
+    pub fn open(temp_path: PathBuf) -> io::Result<RunDir> {
         if !fs::metadata(&temp_path)?.is_dir() {
             return Err(io::Error::new(
                 io::ErrorKind::NotADirectory,
@@ -94,7 +115,8 @@ impl RunDir {
         }
         Ok(RunDir {
             temp: temp_path,
-            final_path,
+            final_path: PathBuf::new(),
+            unique: false,
             owner: false,
             settled: false,
         })
@@ -104,11 +126,6 @@ impl RunDir {
     /// [`RunDir::open`]).
     pub fn path(&self) -> &Path {
         &self.temp
-    }
-
-    /// The directory's name once committed.
-    pub fn final_path(&self) -> &Path {
-        &self.final_path
     }
 
     /// Writes the file `name` (a plain file name) atomically: `write` fills a hidden temporary
@@ -134,9 +151,10 @@ impl RunDir {
         result
     }
 
-    /// Renames the directory to its final path and returns that path. Only the owner commits, and
-    /// only when every rank has finished writing; refuses when the final path exists by then.
-    /// When the rename fails the directory is kept under its temporary name (not removed).
+    /// Renames the directory to its final path (for a unique directory, the first free of the
+    /// path, `-2`, `-3`...) and returns that path. Only the owner commits, and only when every
+    /// rank has finished writing. When the rename fails the directory is kept under its
+    /// temporary name (not removed).
     pub fn commit(mut self) -> io::Result<PathBuf> {
         if !self.owner {
             return Err(io::Error::new(
@@ -147,14 +165,26 @@ impl RunDir {
         // From here on the files stay on disk whatever happens: a failed commit keeps them
         // under the temporary name, which the error gives.
         self.settled = true;
-        let result = if self.final_path.symlink_metadata().is_ok() {
-            Err(already_exists(&self.final_path))
-        } else {
-            fs::rename(&self.temp, &self.final_path)
-        };
-        match result {
-            Ok(()) => Ok(self.final_path.clone()),
-            Err(e) => Err(io::Error::new(
+        let tries = if self.unique { UNIQUE_TRIES } else { 1 };
+        let mut result = Err(already_exists(&self.final_path));
+        for k in 1..=tries {
+            let path = match k {
+                1 => self.final_path.clone(),
+                _ => with_suffix(&self.final_path, k),
+            };
+            // A run directory is never empty, so a rename onto one that appeared meanwhile
+            // fails too (only an empty directory would be replaced).
+            result = match path.symlink_metadata() {
+                Ok(_) => Err(already_exists(&path)),
+                Err(_) => fs::rename(&self.temp, &path).map(|()| path),
+            };
+            match &result {
+                Err(e) if taken(e) => continue,
+                _ => break,
+            }
+        }
+        result.map_err(|e| {
+            io::Error::new(
                 e.kind(),
                 format!(
                     "cannot rename {} to {}: {e} (the files are kept in {})",
@@ -162,23 +192,25 @@ impl RunDir {
                     self.final_path.display(),
                     self.temp.display()
                 ),
-            )),
-        }
-    }
-
-    /// Removes the directory and everything in it (the owner), or just lets go of it (others).
-    pub fn abandon(mut self) -> io::Result<()> {
-        self.settled = true;
-        if self.owner {
-            fs::remove_dir_all(&self.temp)
-        } else {
-            Ok(())
-        }
+            )
+        })
     }
 }
 
+/// `path` with `-k` appended to its last component.
+fn with_suffix(path: &Path, k: usize) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!("-{k}"));
+    path.with_file_name(name)
+}
+
+/// Whether a rename failed because its target exists.
+fn taken(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::AlreadyExists || e.kind() == io::ErrorKind::DirectoryNotEmpty
+}
+
 impl Drop for RunDir {
-    /// An owner's directory that was neither committed nor abandoned is removed (best effort).
+    /// An owner's directory that was not committed is removed (best effort).
     fn drop(&mut self) {
         if self.owner && !self.settled {
             let _ = fs::remove_dir_all(&self.temp);

@@ -88,16 +88,42 @@ fn names_must_be_plain_and_visible() {
 }
 
 #[test]
-fn abandon_and_drop_leave_nothing() {
-    let root = TestDir::new("rundir-abandon");
-    let run = RunDir::create(root.path().join("job-a")).unwrap();
-    write_text(&run, "a.txt", "x");
-    run.abandon().unwrap();
+fn an_uncommitted_directory_leaves_nothing() {
+    let root = TestDir::new("rundir-drop");
     {
         let run = RunDir::create(root.path().join("job-b")).unwrap();
         write_text(&run, "b.txt", "y");
     }
     assert!(entries(root.path()).is_empty());
+}
+
+#[test]
+fn unique_directories_of_one_name_take_suffixes() {
+    // Two runs of one job in the same second, committed in turn, and one whose name appeared
+    // while it ran: none fails, none replaces another.
+    let root = TestDir::new("rundir-unique");
+    let final_path = root.path().join("job-20261122T050000Z");
+    let runs: Vec<RunDir> = (0..3)
+        .map(|_| RunDir::create_unique(final_path.clone()).unwrap())
+        .collect();
+    for (k, run) in runs.iter().enumerate() {
+        write_text(run, "n.txt", &k.to_string());
+    }
+    let committed: Vec<PathBuf> = runs.into_iter().map(|r| r.commit().unwrap()).collect();
+    assert_eq!(
+        entries(root.path()),
+        [
+            "job-20261122T050000Z",
+            "job-20261122T050000Z-2",
+            "job-20261122T050000Z-3"
+        ]
+    );
+    for (k, path) in committed.iter().enumerate() {
+        assert_eq!(
+            fs::read_to_string(path.join("n.txt")).unwrap(),
+            k.to_string()
+        );
+    }
 }
 
 #[test]
@@ -131,17 +157,14 @@ fn other_ranks_write_into_the_owners_directory() {
     let final_path = root.path().join("job");
     let owner = RunDir::create(final_path.clone()).unwrap();
     {
-        let other = RunDir::open(owner.path().to_path_buf(), final_path.clone()).unwrap();
-        assert_eq!(other.final_path(), final_path);
+        let other = RunDir::open(owner.path().to_path_buf()).unwrap();
         write_text(&other, "rank1.txt", "1");
         // Only the owner commits; a non-owner's handle leaves the directory when dropped.
-        let other2 = RunDir::open(owner.path().to_path_buf(), final_path.clone()).unwrap();
+        let other2 = RunDir::open(owner.path().to_path_buf()).unwrap();
         assert_eq!(
             other2.commit().unwrap_err().kind(),
             io::ErrorKind::PermissionDenied
         );
-        let other3 = RunDir::open(owner.path().to_path_buf(), final_path.clone()).unwrap();
-        other3.abandon().unwrap();
     }
     write_text(&owner, "rank0.txt", "0");
     owner.commit().unwrap();
@@ -152,6 +175,6 @@ fn other_ranks_write_into_the_owners_directory() {
 fn open_needs_an_existing_directory() {
     let root = TestDir::new("rundir-open");
     let missing = root.path().join(".job.partial-1");
-    let err = RunDir::open(missing, root.path().join("job")).unwrap_err();
+    let err = RunDir::open(missing).unwrap_err();
     assert_eq!(err.kind(), io::ErrorKind::NotFound);
 }
