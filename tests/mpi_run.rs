@@ -773,7 +773,7 @@ fn reductions_of_a_partial_npy_tensor_are_checked_at_1_to_4_ranks() {
                  [[steps]]\nop = \"all_reduce\"\ninput = \"x\"\nout = \"sum\"\ncheck = true\n\
                  [[steps]]\nop = \"reduce_scatter\"\ninput = \"x\"\nout = \"mx\"\nreduce = \"max\"\naxis = 0\ncheck = true\n\
                  [[steps]]\nop = \"reduce\"\ninput = \"x\"\nout = \"at\"\nroot = {}\ncheck = true\n\
-                 [output]\ntensors = [\"sum\", \"mx\"]\ngather = true\n",
+                 [output]\ntensors = [\"sum\", \"mx\", \"x\"]\ngather = true\n",
                 p - 1
             ),
         )
@@ -783,6 +783,10 @@ fn reductions_of_a_partial_npy_tensor_are_checked_at_1_to_4_ranks() {
         assert_checks_passed(&out);
         let (_, sum) = read_npy(&out.join("sum.npy"));
         let (_, mx) = read_npy(&out.join("mx.npy"));
+        // The partial tensor itself is written whole as the stack of the ranks' rows.
+        let (shape, stacked) = read_npy(&out.join("x.npy"));
+        assert_eq!(shape, [p as u64, 12, 5]);
+        assert_eq!(stacked, v.iter().map(|x| x.0).collect::<Vec<_>>());
         for i in 0..n {
             let column = (0..p).map(|r| v[r * n + i].0);
             assert_eq!(

@@ -16,7 +16,7 @@ use crate::output::rundir::{RunDir, default_path};
 use crate::plan::{Plan, TensorState, resolved_dist};
 use crate::runtime::Context;
 use crate::spec::Loaded;
-use crate::spec::tensor::{Distribution, Layout};
+use crate::spec::tensor::{Axis, Distribution, Layout};
 use anyhow::{Context as _, Result};
 use indexmap::IndexMap;
 use std::path::{Path, PathBuf};
@@ -152,18 +152,27 @@ fn global<B: Backend>(
     buf: &B::Buf,
 ) -> Result<Option<(Vec<u64>, Vec<u8>)>> {
     let ranks = b.ranks() as u64;
-    if state.dist == Distribution::Partial {
+    // A partial tensor's rows, each in C order, are the slabs of the stacked [P, *S].
+    let stacked;
+    let (state, buf) = if state.dist == Distribution::Partial {
         let c = TensorState {
             layout: Layout::C,
             ..state.clone()
         };
-        let mine = b.download(&regather(b, state, buf, &c)?)?;
-        let rows = b.all_gather_bytes(&mine)?;
-        let shape = std::iter::once(ranks)
-            .chain(state.shape.iter().copied())
-            .collect();
-        return Ok((b.rank() == 0).then(|| (shape, rows.concat())));
-    }
+        let row = regather(b, state, buf, &c)?;
+        let shape = std::iter::once(ranks).chain(state.shape.iter().copied());
+        stacked = (
+            TensorState {
+                shape: shape.collect(),
+                dist: Distribution::Slab(Axis::Index(0)),
+                ..c
+            },
+            row,
+        );
+        (&stacked.0, &stacked.1)
+    } else {
+        (state, buf)
+    };
     let at_root = TensorState {
         dist: Distribution::Root(0),
         layout: Layout::C,
