@@ -59,7 +59,7 @@ enum Command {
         #[arg(required = true)]
         specs: Vec<PathBuf>,
         /// Also run the checks that depend on the rank count (default: the spec's runtime.ranks).
-        #[arg(long)]
+        #[arg(long, value_parser = rank_count)]
         ranks: Option<u64>,
     },
     /// Resolve every tensor and step for N ranks: local shapes, bytes, symmetric heap, algorithms.
@@ -70,7 +70,7 @@ enum Command {
         /// Spec file.
         spec: PathBuf,
         /// Rank count (default: the spec's runtime.ranks).
-        #[arg(long)]
+        #[arg(long, value_parser = rank_count)]
         ranks: Option<u64>,
         /// Print the plan as JSON.
         #[arg(long)]
@@ -203,6 +203,14 @@ pub fn validate(path: &std::path::Path, ranks: Option<u64>) -> Result<(), Invali
 }
 
 /// Loads, validates and plans one spec file.
+/// A `--ranks` value: a whole number of at least 1.
+fn rank_count(text: &str) -> Result<u64, String> {
+    match text.parse::<u64>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err("a rank count is a whole number of at least 1".into()),
+    }
+}
+
 pub fn plan_spec(path: &std::path::Path, ranks: Option<u64>) -> Result<plan::Plan, InvalidSpec> {
     let loaded = spec::load_file(path)?;
     let Some(ranks) = ranks.or(loaded.spec.runtime.ranks.map(u64::from)) else {
@@ -214,12 +222,6 @@ pub fn plan_spec(path: &std::path::Path, ranks: Option<u64>) -> Result<plan::Pla
             count: 1,
         });
     };
-    if ranks == 0 {
-        return Err(InvalidSpec {
-            report: "--ranks must be at least 1\n".into(),
-            count: 1,
-        });
-    }
     plan::plan(&loaded, ranks).map_err(|d| loaded.invalid(&d))
 }
 

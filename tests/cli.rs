@@ -272,6 +272,14 @@ fn plan_needs_a_rank_count() {
         "{}",
         ran.stderr
     );
+    // No rank count below 1, for plan or validate.
+    for command in ["plan", "validate"] {
+        let ran = Distrun::new()
+            .args([command, "specs/gemm.toml", "--ranks", "0"])
+            .run()
+            .code(2);
+        assert!(ran.stderr.contains("at least 1"), "{}", ran.stderr);
+    }
 }
 
 #[test]
