@@ -113,8 +113,9 @@ fn check_grid(
             .help("give one grid entry per tensor axis (1 for an axis that is not split)"),
         );
     }
-    let product: u64 = grid.iter().map(|&g| g as u64).product();
-    if let Some(p) = ranks.filter(|&p| p != product) {
+    // At most three u32 entries: no overflow in u128.
+    let product: u128 = grid.iter().map(|&g| u128::from(g)).product();
+    if let Some(p) = ranks.filter(|&p| u128::from(p) != product) {
         let dims = grid
             .iter()
             .map(u32::to_string)
