@@ -134,7 +134,15 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             },
         )),
         Command::Verify { run_dir } => {
-            let report = crate::output::verify::verify(&run_dir)?;
+            anyhow::ensure!(run_dir.is_dir(), "{} is not a directory", run_dir.display());
+            // A directory whose manifest is missing or unreadable does not verify either.
+            let report = match crate::output::verify::verify(&run_dir) {
+                Ok(report) => report,
+                Err(e) => {
+                    eprintln!("distrun: {}: {e:#}", run_dir.display());
+                    return Ok(ExitCode::from(EXIT_CHECK));
+                }
+            };
             for (file, want, got) in &report.mismatches {
                 eprintln!(
                     "{}: {file}: checksum {got}, the manifest says {want}",
@@ -144,7 +152,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             for file in &report.missing {
                 eprintln!("{}: {file}: missing", run_dir.display());
             }
-            if report.mismatches.is_empty() && report.missing.is_empty() {
+            if report.ok() {
                 println!("{}: {} files verified", run_dir.display(), report.checked);
                 Ok(ExitCode::SUCCESS)
             } else {

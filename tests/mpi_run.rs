@@ -450,6 +450,25 @@ fn verify_names_a_flipped_byte() {
         "{}",
         ran.stderr
     );
+    // A manifest that no longer parses does not verify either; no directory is a failure.
+    let manifest = out.join("manifest.json");
+    let mut text = std::fs::read_to_string(&manifest).unwrap();
+    text.push('x');
+    std::fs::write(&manifest, text).unwrap();
+    let ran = Distrun::new()
+        .args(["verify", out.to_str().unwrap()])
+        .run()
+        .code(3);
+    assert!(ran.stderr.contains("manifest"), "{}", ran.stderr);
+    std::fs::remove_file(&manifest).unwrap();
+    Distrun::new()
+        .args(["verify", out.to_str().unwrap()])
+        .run()
+        .code(3);
+    Distrun::new()
+        .args(["verify", dir.join("nowhere").to_str().unwrap()])
+        .run()
+        .code(1);
 }
 
 #[test]
