@@ -391,6 +391,20 @@ fn example_specs_run_and_verify() {
                     .code,
                 0
             );
+            // The spec as run: the device and backends it ran with, every tensor's
+            // distribution; written back as TOML it is a valid spec.
+            let as_run = &manifest(&out)["spec"];
+            assert_eq!(as_run["runtime"]["device"], "cpu");
+            assert_eq!(as_run["runtime"]["backends"], serde_json::json!(["mpi"]));
+            for (name, t) in as_run["tensors"].as_object().unwrap() {
+                assert!(t.get("distribution").is_some(), "{spec}: {name}");
+            }
+            let again = dir.join("as-run.toml");
+            std::fs::write(&again, toml::to_string(as_run).unwrap()).unwrap();
+            Distrun::new()
+                .args(["validate", again.to_str().unwrap()])
+                .run()
+                .code(0);
         }
     }
 }

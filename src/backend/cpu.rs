@@ -156,6 +156,10 @@ impl Backend for Cpu<'_> {
         format!("cpu ({} threads)", rayon::current_num_threads())
     }
 
+    fn device_kind(&self) -> crate::spec::model::Device {
+        crate::spec::model::Device::Cpu
+    }
+
     fn upload(&self, data: Vec<u8>) -> Result<Vec<u8>> {
         advise_huge_pages(&data);
         Ok(data)

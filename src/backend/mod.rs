@@ -10,6 +10,7 @@ use crate::ops::fft::local::Phase;
 use crate::ops::matmul::epilog::Addends;
 use crate::ops::matmul::local::View;
 use crate::runtime::comm::Parts;
+use crate::spec::model::Device;
 use crate::spec::step::{Epilog, ReduceOp};
 use crate::spec::tensor::DType;
 use anyhow::Result;
@@ -62,6 +63,8 @@ pub trait Backend {
     fn ranks(&self) -> usize;
     /// The device, in words (for the manifest).
     fn device(&self) -> String;
+    /// The kind of device the steps run on (cpu or cuda).
+    fn device_kind(&self) -> Device;
 
     /// A device buffer holding `data`.
     fn upload(&self, data: Vec<u8>) -> Result<Self::Buf>;

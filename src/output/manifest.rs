@@ -22,7 +22,8 @@ pub struct Manifest {
     pub started_utc: String,
     /// When the run finished, RFC 3339 in UTC.
     pub finished_utc: String,
-    /// The spec as run, with defaults filled in.
+    /// The spec as run, with defaults filled in: the device the steps ran on, its default
+    /// backends, and each distribution the spec left to the plan.
     pub spec: serde_json::Value,
     /// SHA-256 of the spec file's bytes, 64 hex digits (no algorithm prefix).
     pub spec_sha256: String,

@@ -46,8 +46,7 @@ pub struct Runtime {
     /// auto (default: mpi when started by mpiexec/mpirun/srun, else single), single or mpi.
     #[serde(default)]
     pub process_group: ProcessGroup,
-    /// auto (default: cuda when a GPU and the CUDA libraries load and every step runs there,
-    /// else cpu), cpu or cuda.
+    /// auto (default: cuda when a GPU and the CUDA libraries load, else cpu), cpu or cuda.
     #[serde(default)]
     pub device: Device,
     /// GPU ordinal per rank: "local-rank" (default) or a list indexed by rank.
@@ -81,7 +80,7 @@ pub enum ProcessGroup {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Device {
-    /// cuda when a GPU and the CUDA libraries load and every step runs there, else cpu.
+    /// cuda when a GPU and the CUDA libraries load, else cpu.
     #[default]
     Auto,
     /// Host memory, rayon threads.

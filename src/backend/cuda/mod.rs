@@ -428,6 +428,10 @@ impl Backend for Cuda<'_> {
         self.name.clone()
     }
 
+    fn device_kind(&self) -> crate::spec::model::Device {
+        crate::spec::model::Device::Cuda
+    }
+
     fn upload(&self, data: Vec<u8>) -> Result<Self::Buf> {
         if data.is_empty() {
             return self.zeros(0);
