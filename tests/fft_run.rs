@@ -158,6 +158,35 @@ fn cases(p: usize) -> Vec<Case> {
     let mut c = base("c2c", DType::C128, &s3, &boxes_along(&s3, 1, p));
     c.out_dist = Some(boxes_along(&s3, 2, p));
     all.push(c);
+    // A declared output fixes the result's distribution, whatever the input's and reshape.
+    for (kind, dtype, input, out, reshape) in [
+        (
+            "c2c",
+            DType::C128,
+            "{ slab = 1 }",
+            "{ slab = 0 }".to_string(),
+            true,
+        ),
+        (
+            "r2c",
+            DType::F64,
+            "{ slab = 0 }",
+            "\"replicated\"".to_string(),
+            false,
+        ),
+        (
+            "c2c",
+            DType::C64,
+            &boxes_along(&s3, 0, p)[..],
+            "{ slab = 2 }".to_string(),
+            true,
+        ),
+    ] {
+        let mut c = base(kind, dtype, &s3, input);
+        c.out_dist = Some(out);
+        c.reshape = reshape;
+        all.push(c);
+    }
     all
 }
 

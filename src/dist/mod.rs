@@ -104,6 +104,12 @@ pub fn process_grid(given: &Option<Vec<u32>>, ranks: u64, ndim: usize) -> Vec<u3
     dims.into_iter().map(|d| d as u32).collect()
 }
 
+/// Whether `rank`'s piece counts in a sum over every rank's piece of a tensor in `dist`: a
+/// replicated tensor's (and a partial one's, each rank holding a whole array) on rank 0 only.
+pub fn counted_on(dist: &Distribution, rank: u64) -> bool {
+    !matches!(dist, Distribution::Replicated | Distribution::Partial) || rank == 0
+}
+
 /// A distribution bound to a global shape and a rank count: answers who holds what.
 #[derive(Debug, Clone)]
 pub struct Placement<'a> {

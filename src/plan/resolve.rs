@@ -1108,22 +1108,30 @@ impl Resolver<'_> {
                 }
             }
         }
+        // A declared output fixes its distribution: the result moves there after the
+        // transform (not partial: every rank would need the whole result).
+        let declared_dist = declared
+            .and_then(|d| d.distribution.clone())
+            .filter(|d| *d != Distribution::Partial);
+        let slab_input = matches!(&x.dist, Distribution::Slab(a) if a.index() < 2);
         let dist = match (&x.dist, f.reshape) {
-            (Distribution::Slab(a), true) if a.index() < 2 => x.dist.clone(),
-            (Distribution::Slab(a), false) if a.index() < 2 => {
+            _ if (slab_input || matches!(x.dist, Distribution::Boxes(_)))
+                && let Some(d) = declared_dist =>
+            {
+                d
+            }
+            (Distribution::Slab(_), true) if slab_input => x.dist.clone(),
+            (Distribution::Slab(a), false) if slab_input => {
                 Distribution::Slab(Axis::Index(1 - a.index() as u8))
             }
-            (Distribution::Boxes(_), _) => match declared.and_then(|d| d.distribution.clone()) {
-                Some(d @ Distribution::Boxes(_)) => d,
-                _ if f.reshape && f.kind == FftKind::C2c => x.dist.clone(),
-                _ => {
-                    self.err(
-                        Diagnostic::value(here.clone(), "an fft of boxes needs the output's boxes: declare the out tensor with a boxes distribution")
-                            .help("nvmath-python takes the input and output boxes as a pair"),
-                    );
-                    return None;
-                }
-            },
+            (Distribution::Boxes(_), true) if f.kind == FftKind::C2c => x.dist.clone(),
+            (Distribution::Boxes(_), _) => {
+                self.err(
+                    Diagnostic::value(here.clone(), "an fft of boxes needs the output's distribution: declare the out tensor (boxes, as nvmath-python pairs them, or any other)")
+                        .help("a c2c fft with reshape = true may leave it undeclared: the result keeps the input's boxes"),
+                );
+                return None;
+            }
             _ => {
                 self.expect_dist(
                     i,

@@ -45,9 +45,12 @@ fn mirrored(k: u64, n: u64) -> bool {
 }
 
 /// Σ|x|² of a piece, counting a half spectrum's mirrored bins twice (`half`: the real length of
-/// the last axis whose half spectrum this is).
+/// the last axis whose half spectrum this is); 0 where another rank's copy counts.
 fn energy(state: &TensorState, v: &[(f64, f64)], ranks: u64, rank: u64, half: Option<u64>) -> f64 {
     let power = |(re, im): &(f64, f64)| re * re + im * im;
+    if !crate::dist::counted_on(&state.dist, rank) {
+        return 0.0;
+    }
     match half {
         None => v.iter().map(power).sum(),
         Some(n) => v

@@ -13,7 +13,7 @@ use crate::init::{self, Scalar};
 use crate::ops::step::regather;
 use crate::plan::TensorState;
 use crate::spec::step::Matmul;
-use crate::spec::tensor::{DType, Distribution, Layout, Uniform};
+use crate::spec::tensor::{DType, Layout, Uniform};
 use anyhow::Result;
 
 type C = (f64, f64);
@@ -35,10 +35,7 @@ fn each<B: Backend>(
     mut f: impl FnMut(u64, u64, C),
 ) -> Result<()> {
     let rank = b.rank() as u64;
-    let counts = match state.dist {
-        Distribution::Replicated | Distribution::Partial => rank == 0,
-        _ => true,
-    };
+    let counts = crate::dist::counted_on(&state.dist, rank);
     let Some(iv) = Placement::new(&state.dist, &state.shape, b.ranks() as u64).intervals(rank)
     else {
         return Ok(());
