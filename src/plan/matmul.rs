@@ -245,8 +245,13 @@ pub fn choose(case: &MatmulCase<'_>, requested: MatmulAlgorithm) -> Result<Matmu
             bytes_per_rank: case.ranks.map(|_| c.cost.ceil() as u64),
         }),
         None => {
-            let mut possible: Vec<&str> = all.iter().map(|c| c.algorithm.name()).collect();
-            possible.dedup();
+            // Each algorithm once, cheapest form first.
+            let mut possible: Vec<&str> = Vec::new();
+            for name in all.iter().map(|c| c.algorithm.name()) {
+                if !possible.contains(&name) {
+                    possible.push(name);
+                }
+            }
             Err(format!(
                 "algorithm `{}` cannot run with these operand distributions; possible here: auto, {}",
                 requested.name(),
@@ -326,5 +331,17 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.contains("summa"), "{err}");
+        // Each possible algorithm named once, though several of its forms fit.
+        let err = choose(
+            &case(&slab(0), &slab(1), None, (false, false)),
+            MatmulAlgorithm::Summa,
+        )
+        .unwrap_err();
+        let possible = err.split("possible here: ").nth(1).unwrap();
+        let names: Vec<&str> = possible.split(", ").collect();
+        let mut unique = names.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), names.len(), "{err}");
     }
 }
