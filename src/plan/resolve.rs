@@ -329,9 +329,14 @@ impl Resolver<'_> {
             self.tensors[name].used_by.push(step);
             return Some(state);
         }
+        let writes = |s: &Step| s.output().is_some_and(|(_, o)| o == name);
+        // An earlier step that writes it has errors of its own: no second report.
+        if self.loaded.spec.steps[..step].iter().any(writes) {
+            return None;
+        }
         let later = self.loaded.spec.steps[step + 1..]
             .iter()
-            .position(|s| s.output().is_some_and(|(_, o)| o == name))
+            .position(writes)
             .map(|j| j + step + 1);
         let d = if self.loaded.spec.tensors.contains_key(name) {
             match later {
@@ -362,10 +367,11 @@ impl Resolver<'_> {
                     .filter(|n| !self.tensors.contains_key(*n)),
             );
             let d = Diagnostic::value(here, format!("no tensor named `{name}`"));
+            let list = known.join(", ");
             match did_you_mean(name, &known) {
-                Some(best) => d.help(format!("did you mean `{best}`?")),
+                Some(best) => d.help(format!("did you mean `{best}`? known tensors: {list}")),
                 None if known.is_empty() => d.help("declare it under [tensors]"),
-                None => d.help(format!("known tensors: {}", known.join(", "))),
+                None => d.help(format!("known tensors: {list}")),
             }
         };
         self.err(d);
