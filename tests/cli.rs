@@ -154,6 +154,15 @@ fn plan_json_has_the_contract_shape() {
     assert_eq!(step["outputs"], serde_json::json!(["d"]));
     assert_eq!(step["algorithm"], "ag_gemm");
     assert_eq!(plan["symmetric_heap_bytes"], 0);
+    // 128 columns over 130 ranks: the last two hold nothing, an empty list.
+    let ran = Distrun::new()
+        .args(["plan", "specs/gemm.toml", "--ranks", "130", "--json"])
+        .run()
+        .code(0);
+    let shapes = &ran.json()["tensors"]["a"]["local_shapes"];
+    assert_eq!(shapes[127], serde_json::json!([1024, 1]));
+    assert_eq!(shapes[128], serde_json::json!([]));
+    assert_eq!(shapes[129], serde_json::json!([]));
 }
 
 #[test]

@@ -249,7 +249,7 @@ fn every_collective_and_reduce_op_at_1_to_4_ranks() {
                 "pairs: only row 0 is sent (to itself), the rest are zeros"
             );
         }
-        // Shards: one per holding rank.
+        // Shards: one per rank, as the contract has it (empty where a rank holds nothing).
         let m = manifest(&out);
         assert_eq!(m["ranks"], p);
         assert!(
@@ -265,8 +265,13 @@ fn every_collective_and_reduce_op_at_1_to_4_ranks() {
         );
         assert_eq!(
             m["tensors"]["at_root"]["shards"].as_array().unwrap().len(),
-            1
+            p
         );
+        if p > 1 {
+            // Gathered at rank p - 1: rank 0's shard holds nothing.
+            let bytes = std::fs::read(out.join("at_root.rank0.npy")).unwrap();
+            assert_eq!(npyz::NpyFile::new(&bytes[..]).unwrap().shape(), [0, 0]);
+        }
         assert_eq!(
             m["tensors"]["gathered"]["shards"].as_array().unwrap().len(),
             p

@@ -67,33 +67,35 @@ pub fn write<B: Backend>(
     let mut globals: IndexMap<String, (String, Option<(String, String)>)> = IndexMap::new();
     for name in &spec.output.tensors {
         let (state, buf) = &outcome.tensors[name];
-        if let Some(local) = Placement::new(&state.dist, &state.shape, ranks).local_shape(rank) {
-            let file = format!("{name}.rank{rank}.npy");
-            let started = std::time::Instant::now();
-            let data = b.download(buf)?;
-            progress.setup(
-                &format!("downloaded {name}, {} bytes", data.len()),
-                started.elapsed().as_secs_f64(),
-            );
-            let checksum = write_npy_in(
-                &rundir,
-                &file,
-                algorithm,
-                state.dtype,
-                &local,
-                state.layout,
-                &data,
-            )
-            .with_context(|| format!("cannot write {file}"))?;
-            shards.push((
-                name.clone(),
-                ShardRecord {
-                    rank,
-                    file,
-                    checksum,
-                },
-            ));
-        }
+        // Every rank writes its shard: one that holds nothing, an empty array.
+        let local = Placement::new(&state.dist, &state.shape, ranks)
+            .local_shape(rank)
+            .unwrap_or_else(|| vec![0; state.shape.len()]);
+        let file = format!("{name}.rank{rank}.npy");
+        let started = std::time::Instant::now();
+        let data = b.download(buf)?;
+        progress.setup(
+            &format!("downloaded {name}, {} bytes", data.len()),
+            started.elapsed().as_secs_f64(),
+        );
+        let checksum = write_npy_in(
+            &rundir,
+            &file,
+            algorithm,
+            state.dtype,
+            &local,
+            state.layout,
+            &data,
+        )
+        .with_context(|| format!("cannot write {file}"))?;
+        shards.push((
+            name.clone(),
+            ShardRecord {
+                rank,
+                file,
+                checksum,
+            },
+        ));
         if let Some((shape, whole)) = global(b, state, buf)? {
             let mut h = Hasher::new(algorithm);
             h.update(&whole);

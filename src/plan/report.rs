@@ -83,6 +83,15 @@ fn position_text(pos: usize, n_steps: usize, start: bool) -> String {
     }
 }
 
+/// A rank's local shape for `plan --json`: an empty list where it holds nothing (no piece, or a
+/// piece without elements).
+fn held_shape(local: Option<&Vec<u64>>) -> Vec<u64> {
+    local
+        .filter(|s| s.iter().product::<u64>() > 0)
+        .cloned()
+        .unwrap_or_default()
+}
+
 fn local_range(t: &TensorPlan) -> String {
     let held: Vec<&Vec<u64>> = t.local_shapes.iter().flatten().collect();
     let none = t.local_shapes.len() - held.len();
@@ -115,7 +124,7 @@ impl Plan {
                     "dtype": s.dtype,
                     "layout": s.layout,
                     "distribution": resolved_dist(&s.dist, s.shape.len(), self.ranks),
-                    "local_shapes": t.local_shapes.iter().map(|l| l.clone().unwrap_or_default()).collect::<Vec<_>>(),
+                    "local_shapes": t.local_shapes.iter().map(|l| held_shape(l.as_ref())).collect::<Vec<_>>(),
                     "symmetric": t.symmetric.map(|(offset, bytes)| json!({"offset": offset, "bytes": bytes})),
                     "bytes_per_rank": t.bytes_per_rank.iter().copied().max().unwrap_or(0),
                     "live": [t.first, t.last],
