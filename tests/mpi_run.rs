@@ -596,6 +596,17 @@ fn a_rank_count_the_spec_refuses_is_named() {
         "{}",
         ran.stderr
     );
+    // An invalid spec is invalid (exit 2, its errors once) however many ranks it was given.
+    let spec = temp_spec(
+        "invalid-ranks",
+        "[job]\nname = \"r\"\n[runtime]\nranks = 2\n[tensors.x]\nshape = [4]\ndtype = \"f32\"\ninit = \"ones\"\n[[steps]]\nop = \"all_reduce\"\ninput = \"x\"\n",
+    );
+    for p in [1, 3] {
+        let ran = mpirun(p, &["run", spec.to_str().unwrap(), "-q"], &[], LIMIT);
+        assert_eq!(ran.code, 2, "{}", ran.stderr);
+        let error = "all_reduce needs a partial input";
+        assert_eq!(ran.stderr.matches(error).count(), 1, "{}", ran.stderr);
+    }
 }
 
 #[test]
