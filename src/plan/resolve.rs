@@ -942,12 +942,10 @@ impl Resolver<'_> {
             );
             return info;
         }
-        if !ok {
-            return info;
-        }
         if let Some(c) = c
             && c.shape != [m_, n_]
         {
+            ok = false;
             self.err(Diagnostic::value(
                 here.key("c"),
                 format!(
@@ -955,11 +953,11 @@ impl Resolver<'_> {
                     c.shape
                 ),
             ));
-            return info;
         }
         if let Some(bias) = bias
             && bias.shape != [m_]
         {
+            ok = false;
             self.err(Diagnostic::value(
                 here.key("bias"),
                 format!(
@@ -967,8 +965,9 @@ impl Resolver<'_> {
                     bias.shape
                 ),
             ));
-            return info;
         }
+        // The algorithm depends on the distributions alone: it is checked (and a forced one
+        // refused) even when the errors above keep the step from resolving.
         let declared = self
             .loaded
             .spec
@@ -1005,6 +1004,7 @@ impl Resolver<'_> {
             pipeline: m.pipeline,
         };
         match matmul::choose(&case, m.algorithm) {
+            Ok(_) if !ok => {}
             Ok(choice) => {
                 let out = TensorState {
                     shape: vec![m_, n_],
