@@ -202,15 +202,46 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// Loads a spec file (syntax, schema); where the schema fails, the report also has the meaning
+/// errors of the rest of the spec (at `ranks`, else the spec's own rank count), so that every
+/// error comes at once.
+fn load(path: &std::path::Path, ranks: Option<u64>) -> Result<spec::Loaded, InvalidSpec> {
+    spec::load_file(path).map_err(|invalid| with_meaning_errors(invalid, ranks))
+}
+
+/// A schema-invalid spec's report with the meaning errors of its repaired rest added: those
+/// that do not follow from the repair (see `spec::repair`).
+fn with_meaning_errors(invalid: InvalidSpec, ranks: Option<u64>) -> InvalidSpec {
+    let Some(spec::SchemaFailure {
+        diags: schema,
+        repaired: Some(repaired),
+    }) = &invalid.schema
+    else {
+        return invalid;
+    };
+    let (loaded, repair) = repaired.as_ref();
+    let ranks = ranks.or(loaded.spec.runtime.ranks.map(u64::from));
+    let Err(meaning) = plan::resolve(loaded, ranks) else {
+        return invalid;
+    };
+    let outputs = &loaded.spec.output.tensors;
+    let mut all = schema.clone();
+    all.extend(
+        meaning
+            .into_iter()
+            .filter(|d| repair.independent(d, outputs)),
+    );
+    loaded.invalid(&all)
+}
+
 /// All three validation passes over one spec file.
 pub fn validate(path: &std::path::Path, ranks: Option<u64>) -> Result<(), InvalidSpec> {
-    let loaded = spec::load_file(path)?;
+    let loaded = load(path, ranks)?;
     let ranks = ranks.or(loaded.spec.runtime.ranks.map(u64::from));
     plan::resolve(&loaded, ranks).map_err(|d| loaded.invalid(&d))?;
     Ok(())
 }
 
-/// Loads, validates and plans one spec file.
 /// A `--ranks` value: a whole number of at least 1.
 fn rank_count(text: &str) -> Result<u64, String> {
     match text.parse::<u64>() {
@@ -219,8 +250,9 @@ fn rank_count(text: &str) -> Result<u64, String> {
     }
 }
 
+/// Loads, validates and plans one spec file.
 pub fn plan_spec(path: &std::path::Path, ranks: Option<u64>) -> Result<plan::Plan, InvalidSpec> {
-    let loaded = spec::load_file(path)?;
+    let loaded = load(path, ranks)?;
     let Some(ranks) = ranks.or(loaded.spec.runtime.ranks.map(u64::from)) else {
         return Err(InvalidSpec {
             report: format!(
@@ -228,6 +260,7 @@ pub fn plan_spec(path: &std::path::Path, ranks: Option<u64>) -> Result<plan::Pla
                 path.display()
             ),
             count: 1,
+            schema: None,
         });
     };
     plan::plan(&loaded, ranks).map_err(|d| loaded.invalid(&d))
@@ -237,7 +270,7 @@ pub fn plan_spec(path: &std::path::Path, ranks: Option<u64>) -> Result<plan::Pla
 /// finds the same), a failure on any rank stops them all.
 fn run_spec(path: &std::path::Path, device: Option<&str>, opts: &crate::exec::Options) -> ExitCode {
     let first = crate::runtime::launcher::rank_hint().is_none_or(|r| r == 0);
-    let mut loaded = match spec::load_file(path) {
+    let mut loaded = match load(path, None) {
         Ok(l) => l,
         Err(invalid) => {
             if first {

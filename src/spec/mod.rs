@@ -4,6 +4,7 @@ pub mod diag;
 pub mod load;
 pub mod model;
 pub mod npy;
+pub mod repair;
 pub mod schema;
 pub mod step;
 pub mod tensor;
@@ -12,6 +13,7 @@ pub use model::Spec;
 
 use diag::{Diagnostic, Source};
 use load::SpanIndex;
+use repair::Repair;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -42,6 +44,18 @@ pub struct InvalidSpec {
     pub report: String,
     /// How many errors.
     pub count: usize,
+    /// Where the schema failed: its errors and the rest of the spec, for the meaning pass.
+    pub schema: Option<SchemaFailure>,
+}
+
+/// A spec the schema refused: its errors, and the spec repaired around them where it could be
+/// (see [`repair`]), for the meaning pass to add the errors of the rest.
+#[derive(Debug, Clone)]
+pub struct SchemaFailure {
+    /// The schema's errors.
+    pub diags: Vec<Diagnostic>,
+    /// The repaired spec and what the repair touched.
+    pub repaired: Option<Box<(Loaded, Repair)>>,
 }
 
 impl InvalidSpec {
@@ -61,7 +75,11 @@ impl InvalidSpec {
             source.name,
             if n == 1 { "" } else { "s" }
         ));
-        InvalidSpec { report, count: n }
+        InvalidSpec {
+            report,
+            count: n,
+            schema: None,
+        }
     }
 }
 
@@ -79,6 +97,7 @@ pub fn load_file(path: &Path) -> Result<Loaded, InvalidSpec> {
     let text = std::fs::read_to_string(path).map_err(|e| InvalidSpec {
         report: format!("{name}: cannot read the spec: {e}\n"),
         count: 1,
+        schema: None,
     })?;
     let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
     load_str(&name, &text, dir)
@@ -93,7 +112,22 @@ pub fn load_str(name: &str, text: &str, dir: PathBuf) -> Result<Loaded, InvalidS
     };
     let diags = schema::check(&value);
     if !diags.is_empty() {
-        return Err(InvalidSpec::render(&source, &spans, &diags));
+        // The rest of the spec, repaired around the damage, for the meaning pass.
+        let repaired = Repair::new(&value, &diags)
+            .filter(|r| schema::check(&r.value).is_empty())
+            .and_then(|r| {
+                let spec = serde_json::from_value(r.value.clone()).ok()?;
+                let loaded = Loaded {
+                    spec,
+                    source: source.clone(),
+                    spans: spans.clone(),
+                    dir: dir.clone(),
+                };
+                Some(Box::new((loaded, r)))
+            });
+        let mut invalid = InvalidSpec::render(&source, &spans, &diags);
+        invalid.schema = Some(SchemaFailure { diags, repaired });
+        return Err(invalid);
     }
     let spec: Spec = match serde_path_to_error::deserialize(&value) {
         Ok(spec) => spec,
