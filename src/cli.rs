@@ -1,4 +1,4 @@
-//! The command line: `validate`, `plan`, `schema`.
+//! The command line: `run` (also a bare spec path), `validate`, `plan`, `schema`, `verify`.
 
 use crate::plan;
 use crate::spec::{self, InvalidSpec};

@@ -285,7 +285,9 @@ impl<'a> Placement<'a> {
     }
 }
 
-/// Row-major (C) or column-major (F) linear offset of a local index in a local shape.
+/// Row-major (C) or column-major (F) linear offset of a local index in a local shape (the
+/// tests' independent reference for the init and exchange maps).
+#[cfg(test)]
 pub fn linear_offset(index: &[u64], shape: &[u64], layout: crate::spec::tensor::Layout) -> u64 {
     let fold = |acc: u64, (i, n): (&u64, &u64)| acc * n + i;
     match layout {

@@ -227,7 +227,7 @@ fn manifest<B: Backend>(
             manifest::StepRecord {
                 name: s.name.clone(),
                 op: s.op.to_string(),
-                algorithm: planned.algorithm.map(str::to_string),
+                algorithm: planned.algorithm().map(str::to_string),
                 iterations: s.times.len() as u64,
                 warmup: u64::from(s.warmup),
                 time_s: TimeStats { min, median, max },

@@ -148,11 +148,12 @@ pub struct TensorRecord {
     pub shape: Vec<u64>,
     /// Element type.
     pub dtype: DType,
-    /// Layout of the pieces (and of the gathered file).
+    /// Layout of the pieces (the gathered file is C order).
     pub layout: Layout,
-    /// The distribution, as in the spec.
+    /// The distribution as resolved (a grid filled in where the spec left it to the rank count).
     pub distribution: serde_json::Value,
-    /// Checksum of the global tensor, the same for any rank count and distribution.
+    /// Checksum of the global tensor's C-order bytes: the same for any rank count and
+    /// distribution (a partial tensor's global form is the stack of its P rows).
     pub checksum: String,
     /// One `.npy` per rank, in rank order.
     pub shards: Vec<ShardRecord>,

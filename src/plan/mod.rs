@@ -46,18 +46,19 @@ pub struct StepPlan {
     pub inputs: Vec<String>,
     /// Tensors written.
     pub outputs: Vec<String>,
-    /// The matmul algorithm, where one was chosen.
-    pub algorithm: Option<&'static str>,
-    /// What the algorithm does.
-    pub detail: Option<String>,
-    /// Bytes each rank sends.
-    pub bytes_sent_per_rank: Option<u64>,
     /// The states of the tensors the step reads, in `inputs` order.
     pub input_states: Vec<TensorState>,
     /// The state of the result, as stored.
     pub output_state: Option<TensorState>,
     /// The matmul algorithm chosen and what it moves.
     pub matmul: Option<matmul::MatmulChoice>,
+}
+
+impl StepPlan {
+    /// The matmul algorithm, where one was chosen.
+    pub fn algorithm(&self) -> Option<&'static str> {
+        self.matmul.as_ref().map(|m| m.algorithm.name())
+    }
 }
 
 /// A spec resolved for a rank count.
@@ -137,12 +138,9 @@ pub fn plan(loaded: &Loaded, ranks: u64) -> Result<Plan, Vec<Diagnostic>> {
             name: s.name,
             inputs: s.inputs,
             outputs: s.outputs,
-            algorithm: s.matmul.as_ref().map(|m| m.algorithm.name()),
-            detail: s.matmul.as_ref().map(|m| m.detail.clone()),
-            bytes_sent_per_rank: s.matmul.as_ref().and_then(|m| m.bytes_per_rank),
             input_states: s.input_states,
             output_state: s.output_state,
-            matmul: s.matmul.clone(),
+            matmul: s.matmul,
         })
         .collect();
     Ok(Plan {

@@ -146,10 +146,10 @@ impl Plan {
                     "inputs": s.inputs,
                     "outputs": s.outputs,
                 });
-                if let Some(a) = s.algorithm {
-                    v["algorithm"] = json!(a);
-                    v["detail"] = json!(s.detail);
-                    v["bytes_sent_per_rank"] = json!(s.bytes_sent_per_rank);
+                if let Some(m) = &s.matmul {
+                    v["algorithm"] = json!(m.algorithm.name());
+                    v["detail"] = json!(m.detail);
+                    v["bytes_sent_per_rank"] = json!(m.bytes_per_rank);
                 }
                 v
             })
@@ -231,9 +231,14 @@ impl Plan {
                     s.name.clone(),
                     s.inputs.join(", "),
                     s.outputs.join(", "),
-                    s.algorithm.unwrap_or("-").to_string(),
-                    s.bytes_sent_per_rank.map_or("-".into(), human_bytes),
-                    s.detail.clone().unwrap_or_default(),
+                    s.algorithm().unwrap_or("-").to_string(),
+                    (s.matmul.as_ref())
+                        .and_then(|m| m.bytes_per_rank)
+                        .map_or("-".into(), human_bytes),
+                    s.matmul
+                        .as_ref()
+                        .map(|m| m.detail.clone())
+                        .unwrap_or_default(),
                 ]);
             }
             out.push('\n');

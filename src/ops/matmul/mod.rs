@@ -141,8 +141,6 @@ pub struct PreparedMatmul<B: Backend> {
     /// Pre-activation values, kept for the check of a nonlinear epilog.
     pre: Option<B::Buf>,
     to_out: Option<Staged<B>>,
-    /// Bytes this rank sends per run (estimate from the plan).
-    pub sent_bytes: usize,
 }
 
 impl<B: Backend> PreparedMatmul<B> {
@@ -364,7 +362,6 @@ impl<B: Backend> PreparedMatmul<B> {
                 .then(|| b.zeros(0))
                 .transpose()?,
             to_out,
-            sent_bytes: choice.bytes_per_rank.unwrap_or(0) as usize,
         })
     }
 

@@ -278,8 +278,6 @@ pub fn uid_plugin(dir: &Path, user_set: bool) -> Result<Option<PathBuf>> {
 /// The loaded library: never unloaded.
 struct Loaded {
     lib: sys::NvshmemLib,
-    /// The library file.
-    path: PathBuf,
     /// NVSHMEM's version: major, minor, patch.
     version: (i32, i32, i32),
 }
@@ -354,7 +352,6 @@ fn library() -> Result<&'static Loaded> {
     }
     let loaded: &'static Loaded = Box::leak(Box::new(Loaded {
         lib,
-        path,
         version: (major, minor, patch),
     }));
     *slot = Some(loaded);
@@ -680,32 +677,10 @@ impl<'a> Nvshmem<'a> {
         &self.shared.loaded.lib
     }
 
-    /// This rank's PE number (its rank).
-    pub fn my_pe(&self) -> usize {
-        // SAFETY: a query; NVSHMEM is initialized.
-        unsafe { self.lib().nvshmem_my_pe() as usize }
-    }
-
-    /// Number of PEs (ranks).
-    pub fn n_pes(&self) -> usize {
-        // SAFETY: a query; NVSHMEM is initialized.
-        unsafe { self.lib().nvshmem_n_pes() as usize }
-    }
-
     /// The loaded library's version, "major.minor.patch".
     pub fn version(&self) -> String {
         let v = self.shared.loaded.version;
         format!("{}.{}.{}", v.0, v.1, v.2)
-    }
-
-    /// The library file in use.
-    pub fn library_path(&self) -> &Path {
-        &self.shared.loaded.path
-    }
-
-    /// How the symmetric heap's size was decided.
-    pub fn heap_size(&self) -> &HeapSize {
-        &self.heap
     }
 
     /// Allocates `bytes` on the symmetric heap of every rank (collective; every rank must ask for
