@@ -17,7 +17,7 @@ use crate::plan::{Plan, TensorState, resolved_dist};
 use crate::runtime::Context;
 use crate::spec::Loaded;
 use crate::spec::model::{CommBackend, Device, Spec};
-use crate::spec::tensor::{Axis, Distribution, Layout};
+use crate::spec::tensor::{Distribution, Layout};
 use anyhow::{Context as _, Result};
 use indexmap::IndexMap;
 use std::path::{Path, PathBuf};
@@ -168,7 +168,7 @@ fn global<B: Backend>(
         stacked = (
             TensorState {
                 shape: shape.collect(),
-                dist: Distribution::Slab(Axis::Index(0)),
+                dist: Distribution::slab(0),
                 ..c
             },
             row,

@@ -2,7 +2,7 @@
 //! can run is priced by the bytes each rank sends, and `auto` takes the cheapest.
 
 use crate::spec::step::{MatmulAlgorithm, MatmulPipeline};
-use crate::spec::tensor::{Axis, Distribution};
+use crate::spec::tensor::Distribution;
 
 /// How an operand of `op(x)` (after its transpose) is split, in the product's terms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,10 +79,6 @@ struct Candidate {
     cost: f64,
 }
 
-fn slab(axis: u8) -> Distribution {
-    Distribution::Slab(Axis::Index(axis))
-}
-
 /// Every algorithm that can run this matmul, cheapest first.
 fn candidates(case: &MatmulCase<'_>) -> Vec<Candidate> {
     let p = case.ranks.unwrap_or(2).max(1) as f64;
@@ -106,8 +102,8 @@ fn candidates(case: &MatmulCase<'_>) -> Vec<Candidate> {
     };
     use MatmulAlgorithm::*;
     match (sa, sb) {
-        (Split::Rows, Split::Whole) => add(Local, slab(0), &["local GEMM"], 0.0),
-        (Split::Whole, Split::Cols) => add(Local, slab(1), &["local GEMM"], 0.0),
+        (Split::Rows, Split::Whole) => add(Local, Distribution::slab(0), &["local GEMM"], 0.0),
+        (Split::Whole, Split::Cols) => add(Local, Distribution::slab(1), &["local GEMM"], 0.0),
         (Split::Whole, Split::Whole) => add(Local, Distribution::Replicated, &["local GEMM"], 0.0),
         _ => {}
     }
@@ -121,19 +117,39 @@ fn candidates(case: &MatmulCase<'_>) -> Vec<Candidate> {
         MatmulPipeline::Whole => "local GEMM",
     };
     if sa == Split::Rows && sb == Split::Cols {
-        add(AgGemm, slab(0), &["all-gather b", ring], f * size_b);
+        add(
+            AgGemm,
+            Distribution::slab(0),
+            &["all-gather b", ring],
+            f * size_b,
+        );
     } else if sa == Split::Rows && sb == Split::Rows {
-        add(AgGemm, slab(0), &["all-gather b", "local GEMM"], f * size_b);
+        add(
+            AgGemm,
+            Distribution::slab(0),
+            &["all-gather b", "local GEMM"],
+            f * size_b,
+        );
     }
     if sb == Split::Cols && sa == Split::Rows {
-        add(AgGemm, slab(1), &["all-gather a", ring], f * size_a);
+        add(
+            AgGemm,
+            Distribution::slab(1),
+            &["all-gather a", ring],
+            f * size_a,
+        );
     } else if sb == Split::Cols && sa == Split::Cols {
-        add(AgGemm, slab(1), &["all-gather a", "local GEMM"], f * size_a);
+        add(
+            AgGemm,
+            Distribution::slab(1),
+            &["all-gather a", "local GEMM"],
+            f * size_a,
+        );
     }
     if sa == Split::Cols && sb == Split::Rows {
         add(
             GemmRs,
-            slab(0),
+            Distribution::slab(0),
             &["local GEMM on a k-slice", "reduce-scatter"],
             f * size_out,
         );
@@ -171,7 +187,7 @@ fn candidates(case: &MatmulCase<'_>) -> Vec<Candidate> {
         cost += f * size_b;
     }
     moves.push("local GEMM");
-    add(Redistribute, slab(0), &moves, cost);
+    add(Redistribute, Distribution::slab(0), &moves, cost);
 
     // A result or addend in another distribution than the algorithm's costs one more move.
     for cand in &mut out {
@@ -286,21 +302,31 @@ mod tests {
     #[test]
     fn row_slab_times_replicated_is_local() {
         let c = choose(
-            &case(&slab(0), &Distribution::Replicated, None, (false, false)),
+            &case(
+                &Distribution::slab(0),
+                &Distribution::Replicated,
+                None,
+                (false, false),
+            ),
             MatmulAlgorithm::Auto,
         )
         .unwrap();
         assert_eq!(c.algorithm, MatmulAlgorithm::Local);
         assert_eq!(c.bytes_per_rank, Some(0));
-        assert_eq!(c.out, slab(0));
+        assert_eq!(c.out, Distribution::slab(0));
     }
 
     #[test]
     fn nvmath_example_gathers_an_operand() {
         // a (k x m) slab 1 used transposed, b (k x n) slab 1, result slab 0: all-gather + GEMM.
-        let out = slab(0);
+        let out = Distribution::slab(0);
         let c = choose(
-            &case(&slab(1), &slab(1), Some(&out), (true, false)),
+            &case(
+                &Distribution::slab(1),
+                &Distribution::slab(1),
+                Some(&out),
+                (true, false),
+            ),
             MatmulAlgorithm::Auto,
         )
         .unwrap();
@@ -310,13 +336,23 @@ mod tests {
     #[test]
     fn k_split_operands_reduce_scatter() {
         let c = choose(
-            &case(&slab(1), &slab(0), None, (false, false)),
+            &case(
+                &Distribution::slab(1),
+                &Distribution::slab(0),
+                None,
+                (false, false),
+            ),
             MatmulAlgorithm::Auto,
         )
         .unwrap();
         assert_eq!(c.algorithm, MatmulAlgorithm::GemmRs);
         let forced = choose(
-            &case(&slab(1), &slab(0), None, (false, false)),
+            &case(
+                &Distribution::slab(1),
+                &Distribution::slab(0),
+                None,
+                (false, false),
+            ),
             MatmulAlgorithm::GemmAr,
         )
         .unwrap();
@@ -326,13 +362,18 @@ mod tests {
     #[test]
     fn impossible_forced_algorithm_is_refused() {
         let err = choose(
-            &case(&slab(0), &Distribution::Replicated, None, (false, false)),
+            &case(
+                &Distribution::slab(0),
+                &Distribution::Replicated,
+                None,
+                (false, false),
+            ),
             MatmulAlgorithm::Summa,
         )
         .unwrap_err();
         assert!(err.contains("summa"), "{err}");
         // Each possible algorithm named once, though several of its forms fit.
-        let (a, b) = (slab(0), slab(1));
+        let (a, b) = (Distribution::slab(0), Distribution::slab(1));
         let sizes = MatmulCase {
             bytes: (512, 384, 768),
             ..case(&a, &b, None, (false, false))

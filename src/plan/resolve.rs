@@ -667,7 +667,6 @@ impl Resolver<'_> {
     /// Checks a collective and returns the distribution of its result.
     fn collective(&mut self, i: usize, step: &Step, x: &TensorState) -> Option<Distribution> {
         let here = KeyPath::root().key("steps").index(i);
-        let slab = |a: usize| Distribution::Slab(Axis::Index(a as u8));
         let partial = x.dist == Distribution::Partial;
         let is_slab = matches!(x.dist, Distribution::Slab(_));
         let slab0 = matches!(x.dist, Distribution::Slab(a) if a.index() == 0);
@@ -693,7 +692,7 @@ impl Resolver<'_> {
                 self.check_reduce(i, s.reduce, x.dtype);
                 let even = self.check_divisible(i, s.axis, x);
                 (self.expect_dist(i, "input", &s.input, &x.dist, "partial", partial) && even)
-                    .then(|| slab(s.axis.index()))
+                    .then(|| Distribution::slab(s.axis.index()))
             }
             Step::AllToAll(s) => {
                 let p = self.ranks;
@@ -715,7 +714,7 @@ impl Resolver<'_> {
                     return None;
                 }
                 self.expect_dist(i, "input", &s.input, &x.dist, "{ slab = 0 }", slab0)
-                    .then(|| slab(1))
+                    .then(|| Distribution::slab(1))
             }
             Step::Gather(s) => {
                 let root = self.check_root(i, "root", s.root);
@@ -725,7 +724,7 @@ impl Resolver<'_> {
             Step::Scatter(s) => {
                 self.root_of(i, s.root, &s.input, x)?;
                 self.check_divisible(i, s.axis, x)
-                    .then(|| slab(s.axis.index()))
+                    .then(|| Distribution::slab(s.axis.index()))
             }
             Step::SendRecv(s) => {
                 let pairs_ok = self.check_send_recv(i, s, x);
@@ -1127,9 +1126,7 @@ impl Resolver<'_> {
                 d
             }
             (Distribution::Slab(_), true) if slab_input => x.dist.clone(),
-            (Distribution::Slab(a), false) if slab_input => {
-                Distribution::Slab(Axis::Index(1 - a.index() as u8))
-            }
+            (Distribution::Slab(a), false) if slab_input => Distribution::slab(1 - a.index()),
             (Distribution::Boxes(_), true) if f.kind == FftKind::C2c => x.dist.clone(),
             (Distribution::Boxes(_), _) => {
                 self.err(

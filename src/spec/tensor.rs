@@ -218,6 +218,13 @@ pub enum AxisName {
 }
 
 /// Two spellings of one axis are equal (`x` is 0), so distributions compare by what they mean.
+impl Distribution {
+    /// Slabs along `axis` (given by index).
+    pub fn slab(axis: usize) -> Self {
+        Distribution::Slab(Axis::Index(axis as u8))
+    }
+}
+
 impl PartialEq for Axis {
     fn eq(&self, other: &Self) -> bool {
         self.index() == other.index()

@@ -18,7 +18,7 @@ use crate::ops::exchange::Run;
 use crate::ops::step::Route;
 use crate::plan::TensorState;
 use crate::runtime::comm::Parts;
-use crate::spec::tensor::{Axis, DType, Distribution};
+use crate::spec::tensor::{DType, Distribution};
 use anyhow::Result;
 
 /// Batches of x-planes (at most; fewer where a rank holds fewer planes).
@@ -114,7 +114,7 @@ impl Route {
 
 /// (first, count) of each rank's slab of `n` along any axis.
 pub(super) fn split(n: usize, ranks: usize) -> Vec<(usize, usize)> {
-    let x_slab = Distribution::Slab(Axis::Index(0));
+    let x_slab = Distribution::slab(0);
     let whole = [n as u64];
     let p = Placement::new(&x_slab, &whole, ranks as u64);
     (0..ranks as u64)
@@ -169,7 +169,7 @@ impl<B: Backend> Batched<B> {
     /// `phase1`; None where it does not apply (one rank, or not an x-slab to y-slab move).
     pub fn new(b: &B, middle: &TensorState, phase1: &Phase) -> Result<Option<Self>> {
         let (ranks, me) = (b.ranks(), b.rank());
-        let x_slab = Distribution::Slab(Axis::Index(0));
+        let x_slab = Distribution::slab(0);
         if ranks < 2 || middle.dist != x_slab || middle.shape.len() < 2 {
             return Ok(None);
         }

@@ -16,7 +16,7 @@ use crate::dist::Placement;
 use crate::plan::TensorState;
 use crate::spec::model::CommBackend;
 use crate::spec::step::{Fft, FftDirection, FftKind, FftNorm};
-use crate::spec::tensor::{Axis, DType, Distribution, Layout};
+use crate::spec::tensor::{DType, Distribution, Layout};
 use anyhow::Result;
 use back::BatchedBack;
 use batched::Batched;
@@ -44,10 +44,6 @@ pub fn scale(norm: FftNorm, direction: FftDirection, n: f64) -> f64 {
     }
 }
 
-fn slab(axis: usize) -> Distribution {
-    Distribution::Slab(Axis::Index(axis as u8))
-}
-
 /// The complex state between an FFT's phases: the transform's complex shape (the result's for
 /// r2c, the input's otherwise) in C order on the working slab `s0`, in the input's precision.
 fn middle(step: &Fft, input: &TensorState, out: &TensorState, s0: usize) -> TensorState {
@@ -61,7 +57,7 @@ fn middle(step: &Fft, input: &TensorState, out: &TensorState, s0: usize) -> Tens
             _ => DType::C128,
         },
         layout: Layout::C,
-        dist: slab(s0),
+        dist: Distribution::slab(s0),
     }
 }
 
@@ -87,7 +83,11 @@ pub fn symmetric_room(step: &Fft, input: &TensorState, out: &TensorState, ranks:
 /// ([`back`]): its result wanted in x-slabs, C order, and a second phase along x alone (not a
 /// c2r's).
 fn back_by_rows(kind: FftKind, s0: usize, out: &TensorState, ranks: usize) -> bool {
-    ranks > 1 && s0 == 0 && kind != FftKind::C2r && out.dist == slab(0) && out.layout == Layout::C
+    ranks > 1
+        && s0 == 0
+        && kind != FftKind::C2r
+        && out.dist == Distribution::slab(0)
+        && out.layout == Layout::C
 }
 
 /// The move from the first phase's slab to the second's.
@@ -132,7 +132,7 @@ impl<B: Backend> PreparedFft<B> {
         let middle = middle(step, input, out, s0);
         let precision = middle.dtype;
         let work_in = TensorState {
-            dist: slab(s0),
+            dist: Distribution::slab(s0),
             layout: Layout::C,
             ..input.clone()
         };
@@ -179,7 +179,7 @@ impl<B: Backend> PreparedFft<B> {
         };
         let after1 = b.zeros(local_bytes(&middle, ranks, rank))?;
         let transposed = TensorState {
-            dist: slab(s1),
+            dist: Distribution::slab(s1),
             ..middle.clone()
         };
         let transpose = match Batched::new(b, &middle, &phase1)? {
@@ -207,7 +207,7 @@ impl<B: Backend> PreparedFft<B> {
             rows: None,
         };
         let natural = TensorState {
-            dist: slab(s1),
+            dist: Distribution::slab(s1),
             layout: Layout::C,
             ..out.clone()
         };

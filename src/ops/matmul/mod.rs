@@ -22,7 +22,7 @@ use crate::dist::Placement;
 use crate::plan::TensorState;
 use crate::plan::matmul::MatmulChoice;
 use crate::spec::step::{Epilog, Matmul, MatmulAlgorithm};
-use crate::spec::tensor::{Axis, Distribution, Layout};
+use crate::spec::tensor::{Distribution, Layout};
 use anyhow::Result;
 use chunks::{Gathered, Pipeline};
 use local::View;
@@ -103,10 +103,6 @@ enum Target {
     Pieces(Custom),
 }
 
-fn slab(axis: usize) -> Distribution {
-    Distribution::Slab(Axis::Index(axis as u8))
-}
-
 /// How the partial products combine.
 enum Reduction {
     None,
@@ -176,8 +172,8 @@ impl<B: Backend> PreparedMatmul<B> {
                     Reduction::All
                 };
                 (
-                    Target::Dist(slab(cols_of(ta))),
-                    Target::Dist(slab(rows_of(tb))),
+                    Target::Dist(Distribution::slab(cols_of(ta))),
+                    Target::Dist(Distribution::slab(rows_of(tb))),
                     reduction,
                 )
             }
@@ -206,7 +202,7 @@ impl<B: Backend> PreparedMatmul<B> {
             }
             (_, Distribution::Slab(axis)) if axis.index() == 1 => (
                 Target::Dist(Distribution::Replicated),
-                Target::Dist(slab(cols_of(tb))),
+                Target::Dist(Distribution::slab(cols_of(tb))),
                 Reduction::None,
             ),
             (_, Distribution::Replicated) => (
@@ -215,7 +211,7 @@ impl<B: Backend> PreparedMatmul<B> {
                 Reduction::None,
             ),
             _ => (
-                Target::Dist(slab(rows_of(ta))),
+                Target::Dist(Distribution::slab(rows_of(ta))),
                 Target::Dist(Distribution::Replicated),
                 Reduction::None,
             ),
