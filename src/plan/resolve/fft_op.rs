@@ -1,0 +1,158 @@
+//! The meaning pass for fft: kinds, dtypes, the result's shape and distribution.
+
+use super::*;
+
+impl Resolver<'_> {
+    pub(super) fn fft(
+        &mut self,
+        i: usize,
+        f: &crate::spec::step::Fft,
+        x: &TensorState,
+    ) -> Option<TensorState> {
+        let here = KeyPath::root().key("steps").index(i);
+        let nd = x.shape.len();
+        if !(2..=3).contains(&nd) {
+            self.err(Diagnostic::value(
+                here.key("input"),
+                format!(
+                    "fft transforms 2-D or 3-D tensors, but `{}` has shape {:?}",
+                    f.input, x.shape
+                ),
+            ));
+            return None;
+        }
+        let (want, out_dtype) = match f.kind {
+            FftKind::C2c => (x.dtype.is_complex(), Some(x.dtype)),
+            FftKind::R2c => (
+                matches!(x.dtype, DType::F32 | DType::F64),
+                x.dtype.to_complex(),
+            ),
+            FftKind::C2r => (x.dtype.is_complex(), x.dtype.to_real()),
+        };
+        if !want {
+            let need = match f.kind {
+                FftKind::R2c => "f32 or f64",
+                _ => "c64 or c128",
+            };
+            self.err(
+                Diagnostic::value(
+                    here.key("input"),
+                    format!(
+                        "a {:?} fft takes {need}, but `{}` is {}",
+                        f.kind, f.input, x.dtype
+                    )
+                    .to_lowercase(),
+                )
+                .help("kind = \"c2c\" takes complex, \"r2c\" real, \"c2r\" complex input"),
+            );
+            return None;
+        }
+        let out_dtype = out_dtype.expect("kind and dtype agree");
+        let needed = match f.kind {
+            FftKind::R2c => Some(FftDirection::Forward),
+            FftKind::C2r => Some(FftDirection::Inverse),
+            FftKind::C2c => None,
+        };
+        if let Some(d) = needed.filter(|&d| d != f.direction) {
+            let name = if d == FftDirection::Forward {
+                "forward"
+            } else {
+                "inverse"
+            };
+            self.err(
+                Diagnostic::value(
+                    here.key("direction"),
+                    format!("a {:?} fft runs {name}", f.kind).to_lowercase(),
+                )
+                .help(format!(
+                    "set direction = \"{name}\", or leave it out for r2c"
+                )),
+            );
+            return None;
+        }
+        if f.kind != FftKind::C2c && f.out.is_none() {
+            self.err(
+                Diagnostic::value(
+                    here.clone(),
+                    format!("{:?} changes the dtype, so it cannot run in place", f.kind)
+                        .to_lowercase(),
+                )
+                .help("name an `out` tensor"),
+            );
+            return None;
+        }
+        let mut shape = x.shape.clone();
+        let last = nd - 1;
+        let declared = f.out.as_ref().and_then(|o| self.loaded.spec.tensors.get(o));
+        match f.kind {
+            FftKind::C2c => {}
+            FftKind::R2c => shape[last] = x.shape[last] / 2 + 1,
+            FftKind::C2r => {
+                shape[last] = match declared {
+                    Some(d) if d.shape.len() == nd && d.shape[last] / 2 + 1 == x.shape[last] => {
+                        d.shape[last]
+                    }
+                    _ => 2 * x.shape[last].saturating_sub(1),
+                }
+            }
+        }
+        // A declared output fixes its distribution: the result moves there after the
+        // transform (not partial: every rank would need the whole result).
+        let declared_dist = declared
+            .and_then(|d| d.distribution.clone())
+            .filter(|d| *d != Distribution::Partial);
+        let slab_input = matches!(&x.dist, Distribution::Slab(a) if a.index() < 2);
+        let dist = match (&x.dist, f.reshape) {
+            _ if (slab_input || matches!(x.dist, Distribution::Boxes(_)))
+                && let Some(d) = declared_dist =>
+            {
+                d
+            }
+            (Distribution::Slab(_), true) if slab_input => x.dist.clone(),
+            (Distribution::Slab(a), false) if slab_input => Distribution::slab(1 - a.index()),
+            (Distribution::Boxes(_), true) if f.kind == FftKind::C2c => x.dist.clone(),
+            (Distribution::Boxes(_), _) => {
+                self.err(
+                    Diagnostic::value(here.clone(), "an fft of boxes needs the output's distribution: declare the out tensor (boxes, as nvmath-python pairs them, or any other)")
+                        .help("a c2c fft with reshape = true may leave it undeclared: the result keeps the input's boxes"),
+                );
+                return None;
+            }
+            _ => {
+                self.expect_dist(
+                    i,
+                    "input",
+                    &f.input,
+                    &x.dist,
+                    "{ slab = 0 }, { slab = 1 } or boxes",
+                    false,
+                );
+                return None;
+            }
+        };
+        if let Some(p) = self.ranks
+            && matches!(x.dist, Distribution::Slab(_))
+            && (x.shape[0] < p || x.shape[1] < p)
+        {
+            self.err(
+                Diagnostic::value(
+                    here.key("input"),
+                    format!(
+                        "a slab fft of shape {:?} on {p} ranks leaves a rank without rows",
+                        x.shape
+                    ),
+                )
+                .help(format!(
+                    "the first two axes need at least {p} elements each"
+                )),
+            );
+            return None;
+        }
+        Some(TensorState {
+            shape,
+            dtype: out_dtype,
+            layout: x.layout,
+            dist,
+        })
+    }
+}

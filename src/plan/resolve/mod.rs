@@ -1,0 +1,568 @@
+//! The meaning pass: follows the steps in order, resolving every tensor a step makes or changes
+//! (shape, dtype, layout, distribution) and reporting every inconsistency at once. Here: the
+//! runtime, the tensors, the steps' inputs and outputs and the written tensors; by op:
+//! `movement` (collectives, redistribution), `matmul_op`, `fft_op`.
+
+use super::matmul::{self, MatmulCase, MatmulChoice};
+use crate::dist;
+use crate::spec::Loaded;
+use crate::spec::diag::{Diagnostic, KeyPath, did_you_mean};
+use crate::spec::model::{CommBackend, Device, DeviceMap, ProcessGroup};
+use crate::spec::step::{FftDirection, FftKind, ReduceOp, Step};
+use crate::spec::tensor::{Axis, DType, Distribution, Init, Layout, TensorSpec};
+use indexmap::IndexMap;
+
+mod fft_op;
+mod matmul_op;
+mod movement;
+
+/// A tensor's shape, type, layout and distribution at one point of the run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorState {
+    /// Global shape.
+    pub shape: Vec<u64>,
+    /// Element type.
+    pub dtype: DType,
+    /// Local storage order.
+    pub layout: Layout,
+    /// Layout over the ranks.
+    pub dist: Distribution,
+}
+
+/// Everything known of one tensor.
+#[derive(Debug, Clone)]
+pub struct TensorInfo {
+    /// Its states: as created, then after each in-place step that changed its distribution.
+    pub states: Vec<TensorState>,
+    /// Lives on the symmetric heap.
+    pub symmetric: bool,
+    /// Has an init (exists from the start).
+    pub init: bool,
+    /// The step that first writes it, for tensors without an init.
+    pub producer: Option<usize>,
+    /// Every step that reads or writes it.
+    pub used_by: Vec<usize>,
+}
+
+/// One step, resolved.
+#[derive(Debug, Clone)]
+pub struct StepInfo {
+    /// The op name.
+    pub op: &'static str,
+    /// The step's name (given, or `op#index`).
+    pub name: String,
+    /// Tensors read.
+    pub inputs: Vec<String>,
+    /// Tensors written.
+    pub outputs: Vec<String>,
+    /// The matmul algorithm chosen.
+    pub matmul: Option<MatmulChoice>,
+    /// The states of the tensors the step reads, in `inputs` order.
+    pub input_states: Vec<TensorState>,
+    /// The state of the result it writes, as stored.
+    pub output_state: Option<TensorState>,
+}
+
+/// The result of the meaning pass.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    /// Every tensor that exists at some point, in declaration then creation order.
+    pub tensors: IndexMap<String, TensorInfo>,
+    /// Every step.
+    pub steps: Vec<StepInfo>,
+}
+
+struct Resolver<'a> {
+    loaded: &'a Loaded,
+    ranks: Option<u64>,
+    tensors: IndexMap<String, TensorInfo>,
+    /// The state of each tensor now (tensors not yet written are absent).
+    current: IndexMap<String, TensorState>,
+    diags: Vec<Diagnostic>,
+}
+
+/// Runs the meaning checks for a rank count (None: the checks that do not depend on it).
+pub fn resolve(loaded: &Loaded, ranks: Option<u64>) -> Result<Resolved, Vec<Diagnostic>> {
+    let mut r = Resolver {
+        loaded,
+        ranks,
+        tensors: IndexMap::new(),
+        current: IndexMap::new(),
+        diags: Vec::new(),
+    };
+    r.check_runtime();
+    r.declare_tensors();
+    let steps = loaded
+        .spec
+        .steps
+        .iter()
+        .enumerate()
+        .map(|(i, s)| r.step(i, s))
+        .collect();
+    r.check_output();
+    if r.diags.is_empty() {
+        Ok(Resolved {
+            tensors: r.tensors,
+            steps,
+        })
+    } else {
+        Err(r.diags)
+    }
+}
+
+fn dist_name(d: &Distribution) -> String {
+    match d {
+        Distribution::Replicated => "replicated".into(),
+        Distribution::Partial => "partial".into(),
+        Distribution::Root(r) => format!("{{ root = {r} }}"),
+        Distribution::Slab(a) => format!("{{ slab = {} }}", a.index()),
+        Distribution::Block(_) => "block".into(),
+        Distribution::BlockCyclic(_) => "block_cyclic".into(),
+        Distribution::Boxes(_) => "boxes".into(),
+    }
+}
+
+/// The byte size of a shape, None when it overflows.
+pub fn byte_size(shape: &[u64], dtype: DType) -> Option<u64> {
+    shape
+        .iter()
+        .try_fold(dtype.size(), |acc, &n| acc.checked_mul(n))
+}
+
+impl Resolver<'_> {
+    fn err(&mut self, d: Diagnostic) {
+        self.diags.push(d);
+    }
+
+    fn check_runtime(&mut self) {
+        let rt = &self.loaded.spec.runtime;
+        let here = KeyPath::root().key("runtime");
+        if let (Some(given), Some(p)) = (rt.ranks, self.ranks)
+            && u64::from(given) != p
+        {
+            self.err(
+                Diagnostic::value(
+                    here.key("ranks"),
+                    format!("the spec requires {given} ranks, but {p} were asked for"),
+                )
+                .help(format!(
+                    "plan with --ranks {given}, or change runtime.ranks"
+                )),
+            );
+        }
+        if rt.process_group == ProcessGroup::Single && self.ranks.is_some_and(|p| p > 1) {
+            self.err(
+                Diagnostic::value(
+                    here.key("process_group"),
+                    format!(
+                        "a single process group has one rank, not {}",
+                        self.ranks.unwrap_or(1)
+                    ),
+                )
+                .help("use process_group = \"mpi\" or \"auto\" to run on several ranks"),
+            );
+        }
+        if let (DeviceMap::List(list), Some(p)) = (&rt.device_map, self.ranks)
+            && (list.len() as u64) < p
+        {
+            self.err(
+                Diagnostic::value(
+                    here.key("device_map"),
+                    format!("device_map lists {} GPUs for {p} ranks", list.len()),
+                )
+                .help("give one GPU ordinal per rank, indexed by rank"),
+            );
+        }
+        if let Some(backends) = &rt.backends {
+            let gpu = backends
+                .iter()
+                .position(|b| matches!(b, CommBackend::Nccl | CommBackend::Nvshmem));
+            let cpu = backends.iter().position(|b| *b == CommBackend::Mpi);
+            let bad = match rt.device {
+                Device::Cpu => gpu.map(|i| (i, "the cpu device communicates through mpi only")),
+                Device::Cuda => {
+                    cpu.map(|i| (i, "the cuda device communicates through nccl and nvshmem"))
+                }
+                Device::Auto => match (gpu, cpu) {
+                    (Some(_), Some(i)) => Some((
+                        i,
+                        "mpi (cpu) cannot be mixed with nccl or nvshmem (cuda) in one run",
+                    )),
+                    _ => None,
+                },
+            };
+            if let Some((i, why)) = bad {
+                self.err(
+                    Diagnostic::value(
+                        here.key("backends").index(i),
+                        format!("backend `{}` does not fit: {why}", backends[i].name()),
+                    )
+                    .help("cuda takes [\"nccl\"] or [\"nccl\", \"nvshmem\"]; cpu takes [\"mpi\"]"),
+                );
+            }
+        }
+    }
+
+    fn declare_tensors(&mut self) {
+        for (name, t) in &self.loaded.spec.tensors {
+            // A declaration with errors still exists for the steps, so that they report their own
+            // problems and not a cascade of "no such tensor"; nothing is planned while any error
+            // stands.
+            self.check_tensor(t, &KeyPath::root().key("tensors").key(name));
+            let state = t.init.as_ref().map(|_| TensorState {
+                shape: t.shape.clone(),
+                dtype: t.dtype,
+                layout: t.layout,
+                dist: t.distribution.clone().unwrap_or(Distribution::Replicated),
+            });
+            if let Some(state) = &state {
+                self.current.insert(name.clone(), state.clone());
+            }
+            self.tensors.insert(
+                name.clone(),
+                TensorInfo {
+                    states: state.into_iter().collect(),
+                    symmetric: t.symmetric,
+                    init: t.init.is_some(),
+                    producer: None,
+                    used_by: Vec::new(),
+                },
+            );
+        }
+    }
+
+    /// Checks one declaration.
+    fn check_tensor(&mut self, t: &TensorSpec, here: &KeyPath) {
+        if byte_size(&t.shape, t.dtype).is_none() {
+            self.err(
+                Diagnostic::value(
+                    here.key("shape"),
+                    format!(
+                        "shape {:?} of {} holds more bytes than 64 bits can count",
+                        t.shape, t.dtype
+                    ),
+                )
+                .help("use a smaller shape"),
+            );
+        }
+        if let Some(d) = &t.distribution {
+            let found = dist::check(d, &t.shape, self.ranks, &here.key("distribution"));
+            self.diags.extend(found);
+        }
+        if let Some(Init::Npy(file)) = &t.init {
+            self.check_npy(t, file, &here.key("init").key("npy"));
+        }
+        if matches!(t.init, Some(Init::Uniform(_) | Init::Normal(_))) && !t.dtype.is_float() {
+            self.err(
+                Diagnostic::value(
+                    here.key("init"),
+                    format!("random init needs a floating-point dtype, not {}", t.dtype),
+                )
+                .help("use fill, arange, zeros or ones for integer tensors"),
+            );
+        }
+    }
+
+    fn check_npy(&mut self, t: &TensorSpec, file: &str, here: &KeyPath) {
+        let path = self.loaded.dir.join(file);
+        let header = match crate::spec::npy::read_header(&path) {
+            Ok(h) => h,
+            Err(e) => {
+                self.err(
+                    Diagnostic::value(here.clone(), e)
+                        .help("the path is relative to the spec file's directory"),
+                );
+                return;
+            }
+        };
+        let partial = t.distribution == Some(Distribution::Partial);
+        let expected: Vec<String> = if partial {
+            let lead = self.ranks.map_or("P".to_string(), |p| p.to_string());
+            std::iter::once(lead)
+                .chain(t.shape.iter().map(u64::to_string))
+                .collect()
+        } else {
+            t.shape.iter().map(u64::to_string).collect()
+        };
+        let matches = if partial {
+            header.shape.len() == t.shape.len() + 1
+                && header.shape[1..] == t.shape[..]
+                && self.ranks.is_none_or(|p| header.shape[0] == p)
+        } else {
+            header.shape == t.shape
+        };
+        if !matches {
+            self.err(
+                Diagnostic::value(
+                    here.clone(),
+                    format!(
+                        "{} holds shape {:?}, but the tensor needs [{}]",
+                        path.display(),
+                        header.shape,
+                        expected.join(", ")
+                    ),
+                )
+                .help(if partial {
+                    "a partial tensor's file holds every rank's piece stacked: [P, *shape]"
+                } else {
+                    "the file must hold the global array"
+                }),
+            );
+        }
+        let descrs = crate::spec::npy::descrs(t.dtype);
+        if !descrs.contains(&header.descr.as_str()) {
+            self.err(
+                Diagnostic::value(
+                    here.clone(),
+                    format!(
+                        "{} holds dtype {}, but the tensor is {} ({})",
+                        path.display(),
+                        header.descr,
+                        t.dtype,
+                        descrs.join(" or ")
+                    ),
+                )
+                .help("save the array with the tensor's dtype, little-endian"),
+            );
+        }
+    }
+
+    /// The current state of an input, or a diagnostic saying why there is none.
+    fn input(&mut self, step: usize, key: &str, name: &str) -> Option<TensorState> {
+        let here = KeyPath::root().key("steps").index(step).key(key);
+        if let Some(state) = self.current.get(name) {
+            let state = state.clone();
+            self.tensors[name].used_by.push(step);
+            return Some(state);
+        }
+        let writes = |s: &Step| s.output().is_some_and(|(_, o)| o == name);
+        // An earlier step that writes it has errors of its own: no second report.
+        if self.loaded.spec.steps[..step].iter().any(writes) {
+            return None;
+        }
+        let later = self.loaded.spec.steps[step + 1..]
+            .iter()
+            .position(writes)
+            .map(|j| j + step + 1);
+        let d = if self.loaded.spec.tensors.contains_key(name) {
+            match later {
+                Some(j) => Diagnostic::value(
+                    here,
+                    format!("tensor `{name}` is used before step {j} writes it"),
+                ),
+                None => Diagnostic::value(
+                    here,
+                    format!("tensor `{name}` has no init and no earlier step writes it"),
+                )
+                .help(format!(
+                    "give tensors.{name} an init, or write it in an earlier step"
+                )),
+            }
+        } else if let Some(j) = later {
+            Diagnostic::value(
+                here,
+                format!("tensor `{name}` is used before step {j} writes it"),
+            )
+            .help("steps run in order: move this step after the one that writes it")
+        } else {
+            let mut known: Vec<&str> = self.tensors.keys().map(String::as_str).collect();
+            known.extend(
+                self.current
+                    .keys()
+                    .map(String::as_str)
+                    .filter(|n| !self.tensors.contains_key(*n)),
+            );
+            let d = Diagnostic::value(here, format!("no tensor named `{name}`"));
+            let list = known.join(", ");
+            match did_you_mean(name, &known) {
+                Some(best) => d.help(format!("did you mean `{best}`? known tensors: {list}")),
+                None if known.is_empty() => d.help("declare it under [tensors]"),
+                None => d.help(format!("known tensors: {list}")),
+            }
+        };
+        self.err(d);
+        None
+    }
+
+    /// Records a step's result under `name`, checking it against the name's declaration (an
+    /// in-place result keeps the tensor's declaration and only changes its state).
+    fn write(
+        &mut self,
+        step: usize,
+        key: &str,
+        name: &str,
+        mut state: TensorState,
+        in_place: bool,
+    ) {
+        let here = KeyPath::root().key("steps").index(step).key(key);
+        let declared = self.loaded.spec.tensors.get(name).cloned();
+        if let Some(decl) = &declared {
+            let tpath = KeyPath::root().key("tensors").key(name);
+            if !in_place {
+                if decl.shape != state.shape {
+                    self.err(Diagnostic::value(
+                        here.clone(),
+                        format!(
+                            "{} makes shape {:?}, but tensors.{name} declares {:?}",
+                            self.loaded.spec.steps[step].op(),
+                            state.shape,
+                            decl.shape
+                        ),
+                    ));
+                }
+                if decl.dtype != state.dtype {
+                    self.err(Diagnostic::value(
+                        here.clone(),
+                        format!(
+                            "{} makes {}, but tensors.{name} declares {}",
+                            self.loaded.spec.steps[step].op(),
+                            state.dtype,
+                            decl.dtype
+                        ),
+                    ));
+                }
+                if let Some(d) = &decl.distribution
+                    && *d != state.dist
+                {
+                    self.err(
+                        Diagnostic::value(
+                            tpath.key("distribution"),
+                            format!(
+                                "step {step} ({}) makes `{name}` {}, but it is declared {}",
+                                self.loaded.spec.steps[step].op(),
+                                dist_name(&state.dist),
+                                dist_name(d)
+                            ),
+                        )
+                        .help(format!(
+                            "declare tensors.{name}.distribution = {}, or leave it out",
+                            dist_name(&state.dist)
+                        )),
+                    );
+                }
+                state.layout = decl.layout;
+            }
+        } else if !in_place && let Some(prev) = self.tensors.get(name).and_then(|t| t.producer) {
+            self.err(
+                Diagnostic::value(
+                    here.clone(),
+                    format!("step {step} writes `{name}`, which step {prev} already wrote"),
+                )
+                .help(format!(
+                    "use another name, or declare [tensors.{name}] to write it more than once"
+                )),
+            );
+            return;
+        }
+        let symmetric = declared.as_ref().map(|d| d.symmetric).unwrap_or_else(|| {
+            let inputs = self.loaded.spec.steps[step].inputs();
+            !inputs.is_empty()
+                && inputs
+                    .iter()
+                    .all(|(_, n)| self.tensors.get(*n).is_some_and(|t| t.symmetric))
+        });
+        let info = self.tensors.entry(name.to_string()).or_insert(TensorInfo {
+            states: Vec::new(),
+            symmetric,
+            init: false,
+            producer: None,
+            used_by: Vec::new(),
+        });
+        if info.producer.is_none() && !info.init {
+            info.producer = Some(step);
+        }
+        if info.used_by.last() != Some(&step) {
+            info.used_by.push(step);
+        }
+        if info.states.last() != Some(&state) {
+            info.states.push(state.clone());
+        }
+        self.current.insert(name.to_string(), state);
+    }
+
+    fn step(&mut self, i: usize, step: &Step) -> StepInfo {
+        let info = StepInfo {
+            op: step.op(),
+            name: step
+                .common()
+                .name
+                .clone()
+                .unwrap_or_else(|| format!("{}#{i}", step.op())),
+            inputs: step.inputs().iter().map(|(_, n)| n.to_string()).collect(),
+            outputs: step
+                .output()
+                .map(|(_, n)| vec![n.to_string()])
+                .unwrap_or_default(),
+            matmul: None,
+            input_states: Vec::new(),
+            output_state: None,
+        };
+        let ins: Vec<Option<TensorState>> = step
+            .inputs()
+            .iter()
+            .map(|(key, name)| self.input(i, key, name))
+            .collect();
+        if ins.iter().any(Option::is_none) {
+            return info;
+        }
+        let ins: Vec<TensorState> = ins.into_iter().flatten().collect();
+        let mut info = info;
+        info.input_states = ins.clone();
+        let result = match step {
+            Step::Matmul(m) => return self.matmul(i, m, &ins, info),
+            Step::Fft(f) => self.fft(i, f, &ins[0]),
+            Step::Redistribute(r) => self.redistribute(i, r, &ins[0]),
+            Step::Barrier(_) => None,
+            _ => self.collective(i, step, &ins[0]).map(|dist| TensorState {
+                dist,
+                ..ins[0].clone()
+            }),
+        };
+        if let (Some(out), Some((key, name))) = (result, step.output()) {
+            self.write(i, key, name, out.clone(), key == "input");
+            // The result as stored: a declared output keeps its declared layout.
+            info.output_state = Some(self.current.get(name).cloned().unwrap_or(out));
+        }
+        info
+    }
+
+    fn check_output(&mut self) {
+        let here = KeyPath::root().key("output").key("tensors");
+        let names: Vec<String> = self.tensors.keys().cloned().collect();
+        for (j, name) in self.loaded.spec.output.tensors.iter().enumerate() {
+            if name.is_empty() || name.starts_with('.') || name.contains(['/', '\\']) {
+                self.err(
+                    Diagnostic::value(
+                        here.index(j),
+                        format!("tensor `{name}` cannot be written: its name is not a plain, visible file name"),
+                    )
+                    .help("its files are NAME.npy and NAME.rankR.npy: rename it without `/`, `\\` or a leading `.`"),
+                );
+                continue;
+            }
+            let written = self.tensors.get(name).is_some_and(|t| !t.states.is_empty());
+            // A tensor whose writing step has errors of its own needs no second report.
+            let attempted = self
+                .loaded
+                .spec
+                .steps
+                .iter()
+                .any(|s| s.output().is_some_and(|(_, o)| o == name));
+            if written || attempted {
+                continue;
+            }
+            let d = if self.tensors.contains_key(name) {
+                Diagnostic::value(
+                    here.index(j),
+                    format!(
+                        "tensor `{name}` is never written: it has no init and no step writes it"
+                    ),
+                )
+            } else {
+                Diagnostic::value(here.index(j), format!("no tensor named `{name}`"))
+                    .choices(name, &names)
+            };
+            self.err(d);
+        }
+    }
+}
