@@ -1,21 +1,21 @@
 //! The step loop: initialize the tensors, run every step (warm-up, then timed iterations whose
-//! time is the slowest rank's), check results, and hand what ran to the writer.
+//! time is the slowest rank's; each kind of step in [`steps`]), check results, and hand what ran
+//! to the writer.
 
 pub mod expect;
 mod progress;
+mod steps;
 mod write;
 
 use crate::backend::Backend;
 use crate::backend::cpu::Cpu;
 use crate::backend::cuda::{self, Cuda};
-use crate::ops::fft::{self, PreparedFft};
-use crate::ops::matmul::{PreparedMatmul, freivalds};
-use crate::ops::step::Prepared;
+use crate::ops::matmul::PreparedMatmul;
 use crate::plan::{Plan, TensorState};
 use crate::runtime::Context;
 use crate::spec::Loaded;
 use crate::spec::model::{CommBackend, Device};
-use crate::spec::step::{FftKind, MatmulPipeline, SendRecvPattern, Step};
+use crate::spec::step::{MatmulPipeline, Step};
 use anyhow::{Result, bail};
 use expect::{Comparison, Origin};
 use progress::Progress;
@@ -320,130 +320,27 @@ fn execute<B: Backend>(
         let out_name = &planned.outputs[0];
         let out_bytes = crate::ops::step::local_bytes(&out_state, ranks, rank);
         let mut place = heap_place(b, arena.as_ref(), &plan.tensors[out_name], out_bytes)?;
+        let run = steps::Run {
+            b,
+            index: i,
+            step,
+            planned,
+            inputs,
+            out_state: &out_state,
+            progress,
+        };
         let (out, origin) = match step {
-            Step::Matmul(m) => {
-                let choice = planned
-                    .matmul
-                    .as_ref()
-                    .expect("a planned matmul has an algorithm");
-                let prepare = |rounds| {
-                    let states = &planned.input_states;
-                    PreparedMatmul::new(b, m, choice, states, &out_state, (common.check, rounds))
-                };
-                let mut prepared = prepare(m.pipeline != MatmulPipeline::Whole)?;
-                if prepared.in_rounds() {
-                    let mut trials = None;
-                    if m.pipeline == MatmulPipeline::Auto {
-                        let ways = [prepared, prepare(false)?];
-                        let (faster, times) = pick_pipeline(b, ways, &inputs)?;
-                        (prepared, trials) = (faster, Some(times));
-                    }
-                    let chosen = match prepared.in_rounds() {
-                        true => MatmulPipeline::Rounds,
-                        false => MatmulPipeline::Whole,
-                    };
-                    record.pipeline = Some((chosen, trials));
-                }
-                record.times = timed(b, step, progress, || prepared.run(b, &inputs))?;
-                let (mm, k) = (
-                    out_state.shape[0] as f64,
-                    matmul_k(m, &planned.input_states[0]) as f64,
-                );
-                let per_fma = if out_state.dtype.is_complex() {
-                    8.0
-                } else {
-                    2.0
-                };
-                record.flops = Some(per_fma * mm * out_state.shape[1] as f64 * k);
-                let (mut out, pre) = prepared.into_output();
-                corrupt(b, i, out_state.dtype, &mut out)?;
-                if common.check {
-                    let operands: Vec<(&TensorState, &B::Buf)> = planned
-                        .input_states
-                        .iter()
-                        .zip(inputs.iter().copied())
-                        .collect();
-                    record.check = Some(freivalds::check(
-                        b,
-                        m,
-                        &operands,
-                        (&out_state, &out),
-                        pre,
-                        spec.job.seed,
-                    )?);
-                }
-                (out, Origin::Computed)
-            }
-            Step::Fft(f) => {
-                let in_state = &planned.input_states[0];
-                let mut prepared = PreparedFft::new(b, f, in_state, &out_state)?;
-                if prepared.can_put() {
-                    let run = |p: &mut PreparedFft<B>| p.run(b, inputs[0]);
-                    record.via = Some(pick_via(b, &mut prepared, PreparedFft::set_via, run)?);
-                }
-                record.times = timed(b, step, progress, || prepared.run(b, inputs[0]))?;
-                // 5 n log2 n per complex transform (real ones count half).
-                let points: f64 = match f.kind {
-                    FftKind::C2r => out_state.shape.iter().map(|&x| x as f64).product(),
-                    _ => in_state.shape.iter().map(|&x| x as f64).product(),
-                };
-                let real = if f.kind == FftKind::C2c { 1.0 } else { 0.5 };
-                record.flops = Some(real * 5.0 * points * points.log2());
-                let mut out = prepared.into_output();
-                corrupt(b, i, out_state.dtype, &mut out)?;
-                if common.check {
-                    record.check = Some(fft::check::check(
-                        b,
-                        f,
-                        (in_state, inputs[0]),
-                        (&out_state, &out),
-                    )?);
-                }
-                (out, Origin::Computed)
-            }
+            Step::Matmul(m) => (
+                steps::matmul(&run, m, spec.job.seed, &mut record)?,
+                Origin::Computed,
+            ),
+            Step::Fft(f) => (steps::fft(&run, f, &mut record)?, Origin::Computed),
             _ => {
-                let in_state = &planned.input_states[0];
                 // A movement writes straight into its symmetric result (unless in place).
                 let in_place = planned.inputs[0] == *out_name;
                 let dest = if in_place { None } else { place.take() };
-                let mut prepared = Prepared::new(b, step, in_state, &out_state, dest)?;
-                if prepared.can_put() {
-                    let run = |p: &mut Prepared<B>| p.run(b, inputs[0]);
-                    record.via = Some(pick_via(b, &mut prepared, Prepared::set_via, run)?);
-                }
-                record.times = timed(b, step, progress, || prepared.run(b, inputs[0]))?;
-                let sent = b.max_over_ranks(prepared.sent_bytes as f64)?;
-                record.bandwidth = Some(bandwidth(step, in_state, &out_state, ranks, sent));
-                let origin = next_origin(step, &origins[&planned.inputs[0]], in_state, ranks);
-                let mut out = prepared.into_output();
-                corrupt(b, i, out_state.dtype, &mut out)?;
-                if common.check {
-                    record.check = match source.piece(&origin, &out_state, rank)? {
-                        Some(want) => {
-                            let got = b.download(&out)?;
-                            let local = expect::compare(
-                                out_state.dtype,
-                                &got,
-                                &want,
-                                reduction(step),
-                                ranks,
-                            );
-                            Some(Comparison {
-                                passed: b.max_over_ranks(if local.passed { 0.0 } else { 1.0 })?
-                                    == 0.0,
-                                max_error: b.max_over_ranks(local.max_error)?,
-                            })
-                        }
-                        None => {
-                            progress.line(&format!(
-                                "distrun: {}: check skipped: its input was computed by an earlier step, which checked it",
-                                planned.name
-                            ));
-                            None
-                        }
-                    };
-                }
-                (out, origin)
+                let from = &origins[&planned.inputs[0]];
+                steps::movement(&run, dest, from, &source, &mut record)?
             }
         };
         progress.end_step(&record);
@@ -595,113 +492,11 @@ fn timed<B: Backend>(
     Ok(times)
 }
 
-/// Testing hook: `DISTRUN_CORRUPT_STEP=i` flips a high bit of the first element of step i's
-/// result (an exponent bit for floats) before its check, so that the check must catch it.
-fn corrupt<B: Backend>(
-    b: &B,
-    step: usize,
-    dtype: crate::spec::tensor::DType,
-    out: &mut B::Buf,
-) -> Result<()> {
-    let wanted = std::env::var("DISTRUN_CORRUPT_STEP")
-        .ok()
-        .and_then(|v| v.parse().ok());
-    if wanted == Some(step) && b.len(out) > 0 {
-        let mut bytes = b.download(out)?;
-        bytes[dtype.size() as usize - 1] ^= 0x40;
-        *out = b.upload(bytes)?;
-    }
-    Ok(())
-}
-
 /// Testing hook: `DISTRUN_PANIC_RANK=r` makes rank r panic before its first step, so that the
 /// tests can see a bug on one rank end the whole job.
 fn panic_if_asked(rank: u64) {
     let wanted = std::env::var("DISTRUN_PANIC_RANK").ok();
     if wanted.and_then(|v| v.parse().ok()) == Some(rank) {
         panic!("DISTRUN_PANIC_RANK={rank}");
-    }
-}
-
-/// The inner dimension of a matmul, from a's shape.
-fn matmul_k(m: &crate::spec::step::Matmul, a: &TensorState) -> u64 {
-    if m.transpose_a {
-        a.shape[0]
-    } else {
-        a.shape[1]
-    }
-}
-
-fn reduction(step: &Step) -> Option<crate::spec::step::ReduceOp> {
-    match step {
-        Step::AllReduce(s) => Some(s.reduce),
-        Step::Reduce(s) => Some(s.reduce),
-        Step::ReduceScatter(s) => Some(s.reduce),
-        _ => None,
-    }
-}
-
-/// Where a step's result's values come from, given its input's.
-fn next_origin(step: &Step, input: &Origin, in_state: &TensorState, ranks: u64) -> Origin {
-    let partial = || match input {
-        Origin::Init(name) => name.clone(),
-        other => unreachable!("a partial tensor comes from its init, not {other:?}"),
-    };
-    match step {
-        // Moved computed values stay unpredicted on every rank (all must skip the check alike).
-        _ if matches!(input, Origin::Computed) => Origin::Computed,
-        Step::AllReduce(s) => Origin::Reduced(partial(), s.reduce),
-        Step::Reduce(s) => Origin::Reduced(partial(), s.reduce),
-        Step::ReduceScatter(s) => Origin::Reduced(partial(), s.reduce),
-        Step::SendRecv(s) => {
-            let p = ranks as usize;
-            let mut rows = vec![None; p];
-            match &s.pairs {
-                Some(pairs) => pairs
-                    .iter()
-                    .for_each(|[src, dst]| rows[*dst as usize] = Some(u64::from(*src))),
-                None => match s.pattern {
-                    SendRecvPattern::Ring => {
-                        (0..p).for_each(|r| rows[(r + 1) % p] = Some(r as u64))
-                    }
-                },
-            }
-            Origin::Rows {
-                from: Box::new(input.clone()),
-                state: in_state.clone(),
-                rows,
-            }
-        }
-        _ => input.clone(),
-    }
-}
-
-/// nccl-tests' bytes and bus factor for a step (`sent`: the most bytes a rank sent).
-fn bandwidth(
-    step: &Step,
-    input: &TensorState,
-    output: &TensorState,
-    ranks: u64,
-    sent: f64,
-) -> (f64, f64) {
-    let p = ranks as f64;
-    let whole = |s: &TensorState| s.shape.iter().product::<u64>() as f64 * s.dtype.size() as f64;
-    let spread = (p - 1.0) / p;
-    match step {
-        Step::AllReduce(_) => (whole(input), 2.0 * spread),
-        Step::Reduce(_) | Step::Broadcast(_) => (whole(input), 1.0),
-        Step::ReduceScatter(_) | Step::Gather(_) | Step::Scatter(_) => (whole(input), spread),
-        Step::AllGather(_) => (whole(output), spread),
-        Step::AllToAll(_) => (whole(input) / p, spread),
-        Step::SendRecv(_) => (whole(input) / p, 1.0),
-        // Redistribute: the global tensor; the bus carries what the busiest rank sends.
-        _ => (
-            whole(input),
-            if whole(input) > 0.0 {
-                sent / whole(input)
-            } else {
-                0.0
-            },
-        ),
     }
 }
