@@ -1,5 +1,5 @@
 //! The step loop: initialize the tensors, run every step (warm-up, then timed iterations whose
-//! time is the slowest rank's; each kind of step in [`steps`]), check results, and hand what ran
+//! time is the slowest rank's; each kind of step in `steps.rs`), check results, and hand what ran
 //! to the writer.
 
 pub mod expect;
