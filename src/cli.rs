@@ -279,20 +279,21 @@ fn run_spec(path: &std::path::Path, device: Option<&str>, opts: &crate::exec::Op
             return ExitCode::from(EXIT_INVALID);
         }
     };
-    // The errors that need no process group, before anything starts (at the spec's own rank
-    // count where it names one, so that a wrong launch does not hide them).
-    if let Err(d) = plan::resolve(&loaded, loaded.spec.runtime.ranks.map(u64::from)) {
-        if first {
-            eprintln!("{}", loaded.invalid(&d));
-        }
-        return ExitCode::from(EXIT_INVALID);
-    }
     if let Some(d) = device {
         loaded.spec.runtime.device = match d {
             "cpu" => spec::model::Device::Cpu,
             "cuda" => spec::model::Device::Cuda,
             _ => spec::model::Device::Auto,
         };
+    }
+    // The errors that need no process group, before anything starts: with the device that
+    // --device chose, at the spec's own rank count where it names one (so that a launch with
+    // another count does not hide them).
+    if let Err(d) = plan::resolve(&loaded, loaded.spec.runtime.ranks.map(u64::from)) {
+        if first {
+            eprintln!("{}", loaded.invalid(&d));
+        }
+        return ExitCode::from(EXIT_INVALID);
     }
     if let Some(out) = opts.out.as_ref().filter(|o| o.exists()) {
         if first {
