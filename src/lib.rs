@@ -3,6 +3,8 @@
 //! One spec flows one way: load (TOML with positions) -> validate (schema, then meaning) ->
 //! plan (every tensor and step resolved for N ranks).
 
+#![warn(missing_docs)]
+
 pub mod backend;
 pub mod cli;
 pub mod dist;

@@ -19,9 +19,13 @@ use anyhow::Result;
 /// in the source and `dst_pitch` apart in the destination.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rows {
+    /// Bytes per row.
     pub width: usize,
+    /// Number of rows.
     pub height: usize,
+    /// Bytes from one row's start to the next in the source.
     pub src_pitch: usize,
+    /// Bytes from one row's start to the next in the destination.
     pub dst_pitch: usize,
 }
 
@@ -242,6 +246,7 @@ pub struct Out<'a, T> {
 
 /// An epilog applied by the GEMM as it writes its block: the bias added, then the activation.
 pub struct Fused<'a, T> {
+    /// The epilog.
     pub epilog: Epilog,
     /// For epilogs that read a bias: the vector (the block's dtype) and the index of the entry
     /// of the block's first column; column `j` adds entry `first + j` (a bias per column of the
