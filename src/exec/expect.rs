@@ -2,6 +2,7 @@
 //! communication): the checks of data-movement steps compare against it.
 
 use crate::init::{self, Scalar};
+use crate::ops::Comparison;
 use crate::plan::TensorState;
 use crate::spec::step::ReduceOp;
 use crate::spec::tensor::{DType, Init};
@@ -208,15 +209,6 @@ fn as_i128(v: Scalar) -> i128 {
         Scalar::UInt(u) => u as i128,
         Scalar::Real(x) | Scalar::Complex(x, _) => x as i128,
     }
-}
-
-/// The outcome of comparing a piece with its expected values.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Comparison {
-    /// Every element within tolerance (exactly equal where the op is exact).
-    pub passed: bool,
-    /// Largest absolute difference (relative to the value's size for float reductions).
-    pub max_error: f64,
 }
 
 /// Compares `got` with `want`, element by element. Data movement and integer or min/max

@@ -1,10 +1,11 @@
 //! One step of each kind, run: prepared (its way picked by trial runs where it has two), timed,
 //! its work counted (flops or bytes) and, with `check`, checked against what it should give.
 
-use super::expect::{self, Comparison, Origin, Source};
+use super::expect::{self, Origin, Source};
 use super::progress::Progress;
 use super::{StepRecord, pick_pipeline, pick_via, timed};
 use crate::backend::Backend;
+use crate::ops::Comparison;
 use crate::ops::fft::{self, PreparedFft};
 use crate::ops::matmul::{PreparedMatmul, freivalds};
 use crate::ops::step::Prepared;

@@ -3,8 +3,8 @@
 
 use super::{PreparedFft, scale};
 use crate::backend::{Backend, sum_over_ranks};
-use crate::exec::expect::Comparison;
 use crate::init;
+use crate::ops::Comparison;
 use crate::plan::TensorState;
 use crate::spec::step::{Fft, FftDirection, FftKind, FftNorm};
 use anyhow::Result;
