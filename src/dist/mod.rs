@@ -7,7 +7,7 @@ mod check;
 pub use axis::AxisSplit;
 pub use check::check;
 
-use crate::spec::tensor::{Distribution, GridLayout};
+use crate::spec::tensor::{DType, Distribution, GridLayout, Layout};
 
 /// A `[lower, upper)` region of a global tensor.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,6 +102,19 @@ pub fn process_grid(given: &Option<Vec<u32>>, ranks: u64, ndim: usize) -> Vec<u3
     }
     dims.sort_unstable_by(|a, b| b.cmp(a));
     dims.into_iter().map(|d| d as u32).collect()
+}
+
+/// A tensor's shape, type, layout and distribution at one point of the run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorState {
+    /// Global shape.
+    pub shape: Vec<u64>,
+    /// Element type.
+    pub dtype: DType,
+    /// Local storage order.
+    pub layout: Layout,
+    /// Layout over the ranks.
+    pub dist: Distribution,
 }
 
 /// Whether `rank`'s piece counts in a sum over every rank's piece of a tensor in `dist`: a

@@ -1,9 +1,9 @@
 //! What a tensor should hold, computed on each rank from the init definitions alone (no
 //! communication): the checks of data-movement steps compare against it.
 
+use crate::dist::TensorState;
 use crate::init::{self, Scalar};
 use crate::ops::Comparison;
-use crate::plan::TensorState;
 use crate::spec::step::ReduceOp;
 use crate::spec::tensor::{DType, Init};
 use anyhow::Result;

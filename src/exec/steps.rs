@@ -5,11 +5,12 @@ use super::expect::{self, Origin, Source};
 use super::progress::Progress;
 use super::{StepRecord, pick_pipeline, pick_via, timed};
 use crate::backend::Backend;
+use crate::dist::TensorState;
 use crate::ops::Comparison;
 use crate::ops::fft::{self, PreparedFft};
 use crate::ops::matmul::{PreparedMatmul, freivalds};
 use crate::ops::step::Prepared;
-use crate::plan::{StepPlan, TensorState};
+use crate::plan::StepPlan;
 use crate::spec::step::{Fft, FftKind, Matmul, MatmulPipeline, SendRecvPattern, Step};
 use anyhow::Result;
 

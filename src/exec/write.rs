@@ -5,6 +5,7 @@
 use super::{Options, Outcome, progress::Progress};
 use crate::backend::Backend;
 use crate::dist::Placement;
+use crate::dist::TensorState;
 use crate::ops::step::regather;
 use crate::output::checksum::Hasher;
 use crate::output::manifest::{
@@ -13,7 +14,7 @@ use crate::output::manifest::{
 };
 use crate::output::npy::write_npy_in;
 use crate::output::rundir::{RunDir, default_path};
-use crate::plan::{Plan, TensorState, resolved_dist};
+use crate::plan::{Plan, resolved_dist};
 use crate::runtime::Context;
 use crate::spec::Loaded;
 use crate::spec::model::{CommBackend, Device, Spec};

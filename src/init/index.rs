@@ -5,7 +5,7 @@
 //! either layout.
 
 use crate::dist::Placement;
-use crate::plan::resolve::TensorState;
+use crate::dist::TensorState;
 use crate::spec::tensor::{Distribution, Layout};
 
 /// The global coordinates of one axis's local coordinates `0, 1, ...` (increasing).

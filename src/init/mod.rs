@@ -85,7 +85,7 @@ pub use rng::{bits, key, splitmix64, std_normal, unit};
 pub use scalar::{Scalar, decode, encode};
 pub use value::{GenKind, Generator, GeneratorParts, init_value};
 
-use crate::plan::resolve::TensorState;
+use crate::dist::TensorState;
 use crate::spec::tensor::{DType, Init};
 use std::path::Path;
 

@@ -2,7 +2,7 @@
 //! rank's own elements, by seeking to each contiguous run along the file's fastest axis.
 
 use super::index::IndexMap;
-use crate::plan::resolve::TensorState;
+use crate::dist::TensorState;
 use crate::spec::npy::descrs;
 use anyhow::{Context, Result, bail};
 use std::fs::File;

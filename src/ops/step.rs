@@ -4,7 +4,7 @@
 use super::exchange::{self, Exchange, Side};
 use crate::backend::{Backend, Rows};
 use crate::dist::Placement;
-use crate::plan::TensorState;
+use crate::dist::TensorState;
 use crate::runtime::comm::Parts;
 use crate::spec::model::CommBackend;
 use crate::spec::step::{ReduceOp, SendRecvPattern, Step};

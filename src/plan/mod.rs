@@ -7,9 +7,9 @@ mod report;
 pub mod resolve;
 
 pub use report::resolved_dist;
-pub use resolve::{Resolved, TensorState, resolve};
+pub use resolve::{Resolved, resolve};
 
-use crate::dist::Placement;
+use crate::dist::{Placement, TensorState};
 use crate::spec::Loaded;
 use crate::spec::diag::Diagnostic;
 use indexmap::IndexMap;

@@ -6,9 +6,9 @@ mod npy;
 mod scalar;
 mod values;
 
+use crate::dist::TensorState;
 use crate::dist::tests::for_each_index;
 use crate::dist::{Placement, check, linear_offset, process_grid};
-use crate::plan::resolve::TensorState;
 use crate::spec::diag::KeyPath;
 use crate::spec::tensor::*;
 

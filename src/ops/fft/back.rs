@@ -13,9 +13,9 @@
 use super::batched::{BATCHES, Put, planes, slab_room, split};
 use super::local::Phase;
 use crate::backend::{Backend, Rows};
+use crate::dist::TensorState;
 use crate::ops::exchange::Run;
 use crate::ops::step::Route;
-use crate::plan::TensorState;
 use crate::runtime::comm::Parts;
 use crate::spec::tensor::DType;
 use anyhow::Result;

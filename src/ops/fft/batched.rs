@@ -14,9 +14,9 @@
 use super::local::{AxisOp, Phase};
 use crate::backend::{Backend, Rows};
 use crate::dist::Placement;
+use crate::dist::TensorState;
 use crate::ops::exchange::Run;
 use crate::ops::step::Route;
-use crate::plan::TensorState;
 use crate::runtime::comm::Parts;
 use crate::spec::tensor::{DType, Distribution};
 use anyhow::Result;

@@ -3,9 +3,9 @@
 
 use super::{PreparedFft, scale};
 use crate::backend::{Backend, sum_over_ranks};
+use crate::dist::TensorState;
 use crate::init;
 use crate::ops::Comparison;
-use crate::plan::TensorState;
 use crate::spec::step::{Fft, FftDirection, FftKind, FftNorm};
 use anyhow::Result;
 

@@ -13,7 +13,7 @@ pub mod local;
 use super::step::{Movement, Staged, local_bytes};
 use crate::backend::Backend;
 use crate::dist::Placement;
-use crate::plan::TensorState;
+use crate::dist::TensorState;
 use crate::spec::model::CommBackend;
 use crate::spec::step::{Fft, FftDirection, FftKind, FftNorm};
 use crate::spec::tensor::{DType, Distribution, Layout};

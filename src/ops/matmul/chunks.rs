@@ -14,9 +14,9 @@
 use super::local::View;
 use crate::backend::{Backend, Rows};
 use crate::dist::Placement;
+use crate::dist::TensorState;
 use crate::ops::exchange::{Custom, Intervals};
 use crate::ops::step::{Movement, Staged};
-use crate::plan::TensorState;
 use anyhow::Result;
 use std::collections::HashMap;
 

@@ -19,7 +19,7 @@ use super::exchange::{Custom, Holdings, Side};
 use super::step::{Movement, Staged, local_bytes};
 use crate::backend::{Backend, Fused, Out};
 use crate::dist::Placement;
-use crate::plan::TensorState;
+use crate::dist::TensorState;
 use crate::plan::matmul::MatmulChoice;
 use crate::spec::step::{Epilog, Matmul, MatmulAlgorithm};
 use crate::spec::tensor::{Distribution, Layout};

@@ -4,30 +4,17 @@
 //! `movement` (collectives, redistribution), `matmul_op`, `fft_op`.
 
 use super::matmul::{self, MatmulCase, MatmulChoice};
-use crate::dist;
+use crate::dist::{self, TensorState};
 use crate::spec::Loaded;
 use crate::spec::diag::{Diagnostic, KeyPath, did_you_mean};
 use crate::spec::model::{CommBackend, Device, DeviceMap, ProcessGroup};
 use crate::spec::step::{FftDirection, FftKind, ReduceOp, Step};
-use crate::spec::tensor::{Axis, DType, Distribution, Init, Layout, TensorSpec};
+use crate::spec::tensor::{Axis, DType, Distribution, Init, TensorSpec};
 use indexmap::IndexMap;
 
 mod fft_op;
 mod matmul_op;
 mod movement;
-
-/// A tensor's shape, type, layout and distribution at one point of the run.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TensorState {
-    /// Global shape.
-    pub shape: Vec<u64>,
-    /// Element type.
-    pub dtype: DType,
-    /// Local storage order.
-    pub layout: Layout,
-    /// Layout over the ranks.
-    pub dist: Distribution,
-}
 
 /// Everything known of one tensor.
 #[derive(Debug, Clone)]
