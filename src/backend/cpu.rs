@@ -1,7 +1,7 @@
 //! The CPU backend: host buffers, copies in parallel with rayon, communication through MPI (or
 //! nothing, for one rank).
 
-use super::{Backend, Out, Rows};
+use super::{Backend, Out, Rows, advise_huge_pages};
 use crate::ops::exchange::Run;
 use crate::ops::fft::local as fft;
 use crate::ops::matmul::{epilog, local};
@@ -85,23 +85,6 @@ fn divide(dtype: DType, data: &mut [u8], n: usize) {
         DType::U32 => each!(u32, 4, |x, n| (x as u64 / n as u64) as u32),
         DType::I64 => each!(i64, 8, |x, n| x / n as i64),
         DType::U64 => each!(u64, 8, |x, n| x / n as u64),
-    }
-}
-
-/// Asks the kernel to back a large buffer with transparent huge pages (as numpy does): fewer TLB
-/// misses when MPI and the copies stream through it.
-fn advise_huge_pages(buf: &[u8]) {
-    const HUGE: usize = 2 << 20;
-    if buf.len() < 2 * HUGE {
-        return;
-    }
-    let start = (buf.as_ptr() as usize).next_multiple_of(HUGE);
-    let end = (buf.as_ptr() as usize + buf.len()) / HUGE * HUGE;
-    if end > start {
-        // SAFETY: advice only, on whole pages inside the buffer.
-        unsafe {
-            libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
-        }
     }
 }
 

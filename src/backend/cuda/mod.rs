@@ -197,18 +197,8 @@ fn nccl_err(e: nccl::NcclError) -> anyhow::Error {
 /// the copy itself (`bench/gpu/download.py`). Its pages stay untouched until the copy writes
 /// them (a large zeroed allocation is a fresh mapping).
 fn host_buffer(bytes: usize) -> Vec<u8> {
-    const HUGE: usize = 2 << 20;
-    let mut v = vec![0u8; bytes];
-    let start = (v.as_mut_ptr() as usize).next_multiple_of(HUGE);
-    let end = (v.as_mut_ptr() as usize + bytes) / HUGE * HUGE;
-    if end > start {
-        // SAFETY: advice on whole huge pages inside the vector's own allocation; it changes
-        // no contents. A kernel without transparent huge pages ignores it (the result is
-        // not needed).
-        unsafe {
-            libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
-        }
-    }
+    let v = vec![0u8; bytes];
+    super::advise_huge_pages(&v);
     v
 }
 
