@@ -3,7 +3,7 @@
 
 use super::index::IndexMap;
 use crate::dist::TensorState;
-use crate::spec::npy::descrs;
+use crate::spec::npy::{descr, descrs};
 use anyhow::{Context, Result, bail};
 use std::fs::File;
 use std::io::{BufReader, Read, Seek};
@@ -21,10 +21,7 @@ pub fn read_local(path: &Path, state: &TensorState, map: &IndexMap) -> Result<Ve
     let data_start = reader
         .stream_position()
         .with_context(|| format!("cannot read {}", path.display()))?;
-    let descr = match header.dtype() {
-        npyz::DType::Plain(t) => t.to_string(),
-        other => format!("{other:?}"),
-    };
+    let descr = descr(&header.dtype());
     let accepted = descrs(state.dtype);
     if !accepted.contains(&descr.as_str()) {
         bail!(

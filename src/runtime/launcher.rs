@@ -12,7 +12,7 @@ const SIZE_VARS: [(&str, &str); 5] = [
     ("SLURM_NTASKS", "srun"),
 ];
 
-/// Variables that show a launcher even without a size.
+/// Variables that show a launcher even without a size: each holds this process's rank.
 const MARKER_VARS: [&str; 4] = [
     "OMPI_COMM_WORLD_RANK",
     "PMI_RANK",
@@ -53,14 +53,9 @@ pub fn detect(get: impl Fn(&str) -> Option<String>) -> Option<Launcher> {
 
 /// This process's rank as the launcher announced it (before MPI starts), when it did.
 pub fn rank_hint() -> Option<u64> {
-    [
-        "OMPI_COMM_WORLD_RANK",
-        "PMI_RANK",
-        "PMIX_RANK",
-        "SLURM_PROCID",
-    ]
-    .iter()
-    .find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
+    MARKER_VARS
+        .iter()
+        .find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
 }
 
 /// The launcher of this process's environment.

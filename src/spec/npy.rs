@@ -20,11 +20,16 @@ pub fn read_header(path: &Path) -> Result<NpyHeader, String> {
         .map_err(|e| format!("{} is not a .npy file: {e}", path.display()))?;
     Ok(NpyHeader {
         shape: npy.shape().to_vec(),
-        descr: match npy.dtype() {
-            npyz::DType::Plain(t) => t.to_string(),
-            other => format!("{other:?}"),
-        },
+        descr: descr(&npy.dtype()),
     })
+}
+
+/// numpy's type string of a header's dtype (e.g. `<f4`; structured types as npyz prints them).
+pub fn descr(dtype: &npyz::DType) -> String {
+    match dtype {
+        npyz::DType::Plain(t) => t.to_string(),
+        other => format!("{other:?}"),
+    }
 }
 
 /// The numpy type strings that hold a dtype (little-endian or endian-free; bf16 as raw `<u2` or
