@@ -286,15 +286,21 @@ fn run_spec(path: &std::path::Path, device: Option<&str>, opts: &crate::exec::Op
             _ => spec::model::Device::Auto,
         };
     }
-    // The errors that need no process group, before anything starts: with the device that
-    // --device chose, at the spec's own rank count where it names one (so that a launch with
-    // another count does not hide them).
-    if let Err(d) = plan::resolve(&loaded, loaded.spec.runtime.ranks.map(u64::from)) {
-        if first {
-            eprintln!("{}", loaded.invalid(&d));
-        }
-        return ExitCode::from(EXIT_INVALID);
-    }
+    // A spec that fixes its rank count is planned before anything starts (with the device
+    // --device chose), so that a launch with another count does not hide its errors; the run
+    // uses that plan (the process group refuses any other count).
+    let early = match loaded.spec.runtime.ranks {
+        Some(n) => match plan::plan(&loaded, u64::from(n)) {
+            Ok(p) => Some(p),
+            Err(d) => {
+                if first {
+                    eprintln!("{}", loaded.invalid(&d));
+                }
+                return ExitCode::from(EXIT_INVALID);
+            }
+        },
+        None => None,
+    };
     if let Some(out) = opts.out.as_ref().filter(|o| o.exists()) {
         if first {
             eprintln!(
@@ -320,7 +326,7 @@ fn run_spec(path: &std::path::Path, device: Option<&str>, opts: &crate::exec::Op
                 return ExitCode::FAILURE;
             }
         };
-    let plan = match plan::plan(&loaded, ctx.size() as u64) {
+    let plan = match early.map_or_else(|| plan::plan(&loaded, ctx.size() as u64), Ok) {
         Ok(p) => p,
         Err(d) => {
             if ctx.rank() == 0 {
