@@ -87,10 +87,9 @@ impl Repair {
             }
             // A step altered by the repair keeps its own errors, but what it writes may differ.
             if steps.contains(&i) || altered.contains(&i) {
-                let out = names(step, &["out"]);
-                let target = out
-                    .first()
-                    .cloned()
+                // `out`, or `input` for a step in place.
+                let target = names(step, &["out"])
+                    .pop()
                     .or_else(|| names(step, &["input"]).pop());
                 tensors.extend(target);
             }
