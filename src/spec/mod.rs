@@ -114,9 +114,9 @@ pub fn load_str(name: &str, text: &str, dir: PathBuf) -> Result<Loaded, InvalidS
     if !diags.is_empty() {
         // The rest of the spec, repaired around the damage, for the meaning pass.
         let repaired = Repair::new(&value, &diags)
-            .filter(|r| schema::check(&r.value).is_empty())
-            .and_then(|r| {
-                let spec = serde_json::from_value(r.value.clone()).ok()?;
+            .filter(|(fixed, _)| schema::check(fixed).is_empty())
+            .and_then(|(fixed, r)| {
+                let spec = serde_json::from_value(fixed).ok()?;
                 let loaded = Loaded {
                     spec,
                     source: source.clone(),

@@ -14,20 +14,19 @@ use std::collections::HashSet;
 /// The keys by which a step names the tensors it reads or writes.
 const NAMING_KEYS: [&str; 6] = ["input", "a", "b", "c", "bias", "out"];
 
-/// A repaired spec value and what its meaning errors must not involve.
+/// What a repair touched: what the repaired spec's meaning errors must not involve.
 #[derive(Debug, Clone)]
 pub struct Repair {
-    /// The value with the damage taken out.
-    pub value: Value,
     tensors: HashSet<String>,
     steps: HashSet<usize>,
     removed: Vec<KeyPath>,
 }
 
 impl Repair {
-    /// Repairs `value` for the schema errors `diags`; None where a damaged key cannot be taken
-    /// out (the document itself, or a whole section of the wrong type).
-    pub fn new(value: &Value, diags: &[Diagnostic]) -> Option<Self> {
+    /// Repairs `value` for the schema errors `diags`: the value with the damage taken out, and
+    /// what was touched; None where a damaged key cannot be taken out (the document itself, or
+    /// a whole section of the wrong type).
+    pub fn new(value: &Value, diags: &[Diagnostic]) -> Option<(Value, Self)> {
         let mut value = value.clone();
         let (mut tensors, mut steps, mut removed) = (HashSet::new(), HashSet::new(), Vec::new());
         let mut altered = HashSet::new();
@@ -94,12 +93,12 @@ impl Repair {
                 tensors.extend(target);
             }
         }
-        Some(Repair {
-            value,
+        let repair = Repair {
             tensors,
             steps,
             removed,
-        })
+        };
+        Some((value, repair))
     }
 
     /// Whether a meaning error of the repaired spec stands on its own: it involves no tainted
@@ -148,14 +147,14 @@ mod tests {
             at("steps[4].op"),
             at("runtime.device"),
         ];
-        let r = Repair::new(&value, &diags).unwrap();
+        let (fixed, r) = Repair::new(&value, &diags).unwrap();
         // x is gone; step 2 loses its iterations (the default applies); step 4 without an op
         // is a barrier; runtime.device is removed.
-        assert!(r.value["tensors"].get("x").is_none());
-        assert_eq!(r.value["steps"][2].get("iterations"), None);
-        assert_eq!(r.value["steps"][2]["op"], "broadcast");
-        assert_eq!(r.value["steps"][4], json!({"op": "barrier"}));
-        assert!(r.value["runtime"].get("device").is_none());
+        assert!(fixed["tensors"].get("x").is_none());
+        assert_eq!(fixed["steps"][2].get("iterations"), None);
+        assert_eq!(fixed["steps"][2]["op"], "broadcast");
+        assert_eq!(fixed["steps"][4], json!({"op": "barrier"}));
+        assert!(fixed["runtime"].get("device").is_none());
         let outputs = ["z".to_string(), "ok".to_string()];
         // Steps 0 and 1 read x and what step 0 wrote from it; step 2 keeps its other errors,
         // but what it writes taints step 3; step 5 stands on its own.
