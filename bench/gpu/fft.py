@@ -3,9 +3,14 @@
 
     python bench/gpu/fft.py [--bin target/release/distrun] [--ranks 2 4] [--n 1024]
                             [--via nccl nvshmem] [--reshape false true] [--iterations 10]
+                            [--timing queued each]
 
 `--via nccl`: the transposes move by NCCL all-to-all; `nvshmem`: the spec's backends add
 nvshmem, and the transpose from x-slabs moves by puts (copy engines) into symmetric buffers.
+
+`--timing queued` (the default) times distrun as the peer is timed: 2 warm-up, then the
+iterations back to back between one pair of CUDA events, their mean; `each` times each iteration
+alone after a barrier and reports the median and the minimum.
 
 The cuFFTMp wheel is too large to carry to the GPU machine, so the peer is one GPU's cuFFT; the
 targets are P=2 at most the single-GPU time, P=4 at most 0.6x of it.
@@ -40,13 +45,13 @@ def single_gpu(n):
     return t
 
 
-def spec(n, reshape, via, iterations=10):
+def spec(n, reshape, via, iterations=10, timing="queued"):
     backends = '["nccl", "nvshmem"]' if via == "nvshmem" else '["nccl"]'
     return (f'[job]\nname = "bench-fft"\n[runtime]\ndevice = "cuda"\nbackends = {backends}\n'
             f'[tensors.x]\nshape = [{n}, {n}, {n}]\ndtype = "c64"\ndistribution = {{ slab = "x" }}\n'
             'init = { uniform = { low = -1.0, high = 1.0 } }\n'
             f'[[steps]]\nop = "fft"\ninput = "x"\nout = "y"\nreshape = {str(reshape).lower()}\n'
-            f"warmup = 2\niterations = {iterations}\n[output]\ntensors = []\n")
+            f'warmup = 2\niterations = {iterations}\ntiming = "{timing}"\n[output]\ntensors = []\n')
 
 
 def main():
@@ -57,24 +62,26 @@ def main():
     ap.add_argument("--via", nargs="+", default=["nccl", "nvshmem"], choices=["nccl", "nvshmem"])
     ap.add_argument("--reshape", nargs="+", default=["false", "true"], choices=["false", "true"])
     ap.add_argument("--iterations", type=int, default=10)
+    ap.add_argument("--timing", nargs="+", default=["queued"], choices=["queued", "each"])
     args = ap.parse_args()
     work = pathlib.Path(tempfile.mkdtemp())
     one = single_gpu(args.n)
     print(f"single-GPU cupy.fft.fftn c64 {args.n}^3: {one * 1e3:.2f} ms", flush=True)
-    print("| GPUs | via | reshape | distrun ms (median) | min | vs one GPU |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| GPUs | via | reshape | timing | distrun ms (mean or median) | min | vs one GPU |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for p in args.ranks:
-        for via, reshape in ((v, r == "true") for v in args.via for r in args.reshape):
-            path = work / f"fft-{p}-{via}-{reshape}.toml"
-            path.write_text(spec(args.n, reshape, via, args.iterations))
-            out = work / f"run-{p}-{via}-{reshape}"
+        runs = ((v, r == "true", t) for v in args.via for r in args.reshape for t in args.timing)
+        for via, reshape, timing in runs:
+            path = work / f"fft-{p}-{via}-{reshape}-{timing}.toml"
+            path.write_text(spec(args.n, reshape, via, args.iterations, timing))
+            out = work / f"run-{p}-{via}-{reshape}-{timing}"
             r = subprocess.run(["mpiexec", "-n", str(p), args.bin, "run", str(path), "--out", str(out), "-q"],
                                env=ENV, capture_output=True, text=True)
             if r.returncode != 0:
-                print(f"| {p} | {via} | {reshape} | failed: {r.stderr[-400:]} |")
+                print(f"| {p} | {via} | {reshape} | {timing} | failed: {r.stderr[-400:]} |")
                 continue
             t = json.loads((out / "manifest.json").read_text())["steps"][0]["time_s"]
-            print(f"| {p} | {via} | {str(reshape).lower()} | {t['median'] * 1e3:.2f} | {t['min'] * 1e3:.2f} | "
+            print(f"| {p} | {via} | {str(reshape).lower()} | {timing} | {t['median'] * 1e3:.2f} | {t['min'] * 1e3:.2f} | "
                   f"{t['median'] / one:.2f}x |", flush=True)
 
 

@@ -2,7 +2,7 @@
 command, and both against the limit (P x the single-GPU cuBLAS rate, measured here with cupy).
 
     python bench/gpu/matmul.py [--bin target/release/distrun] [--ranks 2 4] [--cases ...]
-                               [--pipeline auto rounds whole]
+                               [--pipeline auto rounds whole] [--timing queued each]
 
 Needs the nvmath wheels in .tools/wheels (see bench/RESULTS.md); they are installed into a
 temporary directory for the peer only. Prints one table row per case and rank count.
@@ -20,6 +20,10 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            NCCL_NVLS_ENABLE="0", NVSHMEM_DISABLE_NVLS="1")
+# How distrun's step is timed: `queued` as the peer is (one warm-up, then 10 runs back to back,
+# their mean); `each` the step's own way (3 warm-up, each of 10 runs alone, the median).
+TIMING = {"queued": 'warmup = 1\niterations = 10\ntiming = "queued"\n',
+          "each": "warmup = 3\niterations = 10\n"}
 # name: (dtype, n, kind, rank counts)
 CASES = {
     "f16-16384-slab": ("f16", 16384, "slab", (2, 4)),
@@ -30,7 +34,7 @@ CASES = {
 }
 
 
-def spec(dtype, n, kind, via, pipeline="auto"):
+def spec(dtype, n, kind, via, pipeline="auto", timing="queued"):
     init = 'init = { uniform = { low = 0.0, high = 1.0 } }'
     if kind == "slab":
         dists, tr = ['{ slab = "y" }', '{ slab = "y" }', '{ slab = "x" }'], "transpose_a = true\n"
@@ -44,13 +48,13 @@ def spec(dtype, n, kind, via, pipeline="auto"):
     backends = '["nccl", "nvshmem"]' if via == "nvshmem" else '["nccl"]'
     return (f'[job]\nname = "bench-matmul"\n[runtime]\ndevice = "cuda"\nbackends = {backends}\n{t}'
             f'[[steps]]\nop = "matmul"\na = "a"\nb = "b"\nout = "d"\n{tr}pipeline = "{pipeline}"\n'
-            'warmup = 3\niterations = 10\n'
+            f'{TIMING[timing]}'
             "[output]\ntensors = []\n")
 
 
-def distrun(binary, p, dtype, n, kind, via, pipeline, work):
-    path = work / f"{dtype}-{n}-{kind}-{p}-{via}-{pipeline}.toml"
-    path.write_text(spec(dtype, n, kind, via, pipeline))
+def distrun(binary, p, dtype, n, kind, via, pipeline, timing, work):
+    path = work / f"{dtype}-{n}-{kind}-{p}-{via}-{pipeline}-{timing}.toml"
+    path.write_text(spec(dtype, n, kind, via, pipeline, timing))
     out = pathlib.Path(tempfile.mkdtemp(prefix=f"run-{path.stem}-", dir=work)) / "run"
     r = subprocess.run(["mpiexec", "-n", str(p), binary, "run", str(path), "--out", str(out), "-q"],
                        env=ENV, capture_output=True, text=True)
@@ -63,7 +67,7 @@ def distrun(binary, p, dtype, n, kind, via, pipeline, work):
         how += f" in {pipe['chosen']}"
         if "rounds_s" in pipe:
             how += f" (trials: rounds {pipe['rounds_s'] * 1e3:.2f}, whole {pipe['whole_s'] * 1e3:.2f} ms)"
-    return step["time_s"]["median"], how
+    return step["time_s"]["median"], how + ("" if timing == "queued" else f", timed {timing}")
 
 
 def peer(p, cases):
@@ -115,6 +119,8 @@ def main():
                     help="data movement: NCCL exchanges, or NVSHMEM puts")
     ap.add_argument("--pipeline", nargs="+", default=["auto"],
                     help="how a gathered operand travels: trials choose, or pinned to rounds or whole")
+    ap.add_argument("--timing", nargs="+", default=["queued"], choices=list(TIMING),
+                    help="queued: as the peer is timed; each: distrun's default")
     args = ap.parse_args()
     work = pathlib.Path(tempfile.mkdtemp())
     limits = {}
@@ -131,9 +137,9 @@ def main():
         if not cases:
             continue
         theirs = {} if args.no_peer else peer(p, [(c, v[:3] + (None,)) for c, v in cases])
-        runs = ((c, v, w) for c in cases for v in args.via for w in args.pipeline)
-        for (name, (d, n, kind, _)), via, pipeline in runs:
-            t, alg = distrun(args.bin, p, d, n, kind, via, pipeline, work)
+        runs = ((c, v, w, t) for c in cases for v in args.via for w in args.pipeline for t in args.timing)
+        for (name, (d, n, kind, _)), via, pipeline, timing in runs:
+            t, alg = distrun(args.bin, p, d, n, kind, via, pipeline, timing, work)
             flops = 2 * n**3
             if t is None:
                 print(f"| {name} | {p} | {via} | failed: {alg} |")
