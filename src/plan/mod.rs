@@ -35,12 +35,12 @@ pub struct TensorPlan {
     pub last: usize,
 }
 
-/// One step, resolved.
+/// One step, resolved (by the meaning pass, which the plan keeps as it is).
 #[derive(Debug, Clone)]
 pub struct StepPlan {
-    /// The op.
+    /// The op name.
     pub op: &'static str,
-    /// Its name.
+    /// The step's name (given, or `op#index`).
     pub name: String,
     /// Tensors read.
     pub inputs: Vec<String>,
@@ -130,23 +130,10 @@ pub fn plan(loaded: &Loaded, ranks: u64) -> Result<Plan, Vec<Diagnostic>> {
     }
     let symmetric_heap_bytes = place_symmetric(&mut tensors);
     let peak_bytes_per_rank = peak(&tensors, n_steps, ranks) + symmetric_heap_bytes;
-    let steps = resolved
-        .steps
-        .into_iter()
-        .map(|s| StepPlan {
-            op: s.op,
-            name: s.name,
-            inputs: s.inputs,
-            outputs: s.outputs,
-            input_states: s.input_states,
-            output_state: s.output_state,
-            matmul: s.matmul,
-        })
-        .collect();
     Ok(Plan {
         ranks,
         tensors,
-        steps,
+        steps: resolved.steps,
         symmetric_heap_bytes,
         peak_bytes_per_rank,
     })

@@ -8,8 +8,8 @@ impl Resolver<'_> {
         i: usize,
         m: &crate::spec::step::Matmul,
         ins: &[TensorState],
-        mut info: StepInfo,
-    ) -> StepInfo {
+        mut info: StepPlan,
+    ) -> StepPlan {
         let here = KeyPath::root().key("steps").index(i);
         let (a, b) = (&ins[0], &ins[1]);
         let c = m.c.as_ref().map(|_| &ins[2]);

@@ -3,7 +3,8 @@
 //! runtime, the tensors, the steps' inputs and outputs and the written tensors; by op:
 //! `movement` (collectives, redistribution), `matmul_op`, `fft_op`.
 
-use super::matmul::{self, MatmulCase, MatmulChoice};
+use super::StepPlan;
+use super::matmul::{self, MatmulCase};
 use crate::dist::{self, TensorState};
 use crate::spec::Loaded;
 use crate::spec::diag::{Diagnostic, KeyPath, did_you_mean};
@@ -31,32 +32,13 @@ pub struct TensorInfo {
     pub used_by: Vec<usize>,
 }
 
-/// One step, resolved.
-#[derive(Debug, Clone)]
-pub struct StepInfo {
-    /// The op name.
-    pub op: &'static str,
-    /// The step's name (given, or `op#index`).
-    pub name: String,
-    /// Tensors read.
-    pub inputs: Vec<String>,
-    /// Tensors written.
-    pub outputs: Vec<String>,
-    /// The matmul algorithm chosen.
-    pub matmul: Option<MatmulChoice>,
-    /// The states of the tensors the step reads, in `inputs` order.
-    pub input_states: Vec<TensorState>,
-    /// The state of the result it writes, as stored.
-    pub output_state: Option<TensorState>,
-}
-
 /// The result of the meaning pass.
 #[derive(Debug, Clone)]
 pub struct Resolved {
     /// Every tensor that exists at some point, in declaration then creation order.
     pub tensors: IndexMap<String, TensorInfo>,
     /// Every step.
-    pub steps: Vec<StepInfo>,
+    pub steps: Vec<StepPlan>,
 }
 
 struct Resolver<'a> {
@@ -467,8 +449,8 @@ impl Resolver<'_> {
         self.current.insert(name.to_string(), state);
     }
 
-    fn step(&mut self, i: usize, step: &Step) -> StepInfo {
-        let info = StepInfo {
+    fn step(&mut self, i: usize, step: &Step) -> StepPlan {
+        let info = StepPlan {
             op: step.op(),
             name: step
                 .common()
