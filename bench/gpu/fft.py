@@ -1,9 +1,9 @@
-"""Distributed 3-D FFT on GPUs: distrun on P GPUs beside the single-GPU cuFFT time
-(cupy.fft.fftn), measured in the same command.
+"""Distributed 3-D FFT on GPUs: distrun on P GPUs against nvmath-python's distributed FFT
+(cuFFTMp) and beside the single-GPU cuFFT time (cupy.fft.fftn), all in the same command.
 
     python bench/gpu/fft.py [--bin target/release/distrun] [--ranks 2 4] [--n 1024]
                             [--via nccl nvshmem] [--reshape false true] [--iterations 10]
-                            [--timing queued each]
+                            [--timing queued each] [--no-peer]
 
 `--via nccl`: the transposes move by NCCL all-to-all; `nvshmem`: the spec's backends add
 nvshmem, and the transpose from x-slabs moves by puts (copy engines) into symmetric buffers.
@@ -12,8 +12,9 @@ nvshmem, and the transpose from x-slabs moves by puts (copy engines) into symmet
 iterations back to back between one pair of CUDA events, their mean; `each` times each iteration
 alone after a barrier and reports the median and the minimum.
 
-The cuFFTMp wheel is too large to carry to the GPU machine, so the peer is one GPU's cuFFT; the
-targets are P=2 at most the single-GPU time, P=4 at most 0.6x of it.
+The peer (bench/gpu/nvmath_fft.py) needs the nvmath wheels in .tools/wheels and cuFFTMp
+(`nvidia-cufftmp-cu13`, 205 MB) installed beside them; where it cannot run, its column says so.
+The targets are against one GPU: P=2 at most the single-GPU time, P=4 at most 0.6x of it.
 """
 import argparse
 import json
@@ -22,6 +23,8 @@ import pathlib
 import subprocess
 import tempfile
 import time
+
+import nvmath_peer
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
@@ -63,13 +66,15 @@ def main():
     ap.add_argument("--reshape", nargs="+", default=["false", "true"], choices=["false", "true"])
     ap.add_argument("--iterations", type=int, default=10)
     ap.add_argument("--timing", nargs="+", default=["queued"], choices=["queued", "each"])
+    ap.add_argument("--no-peer", action="store_true")
     args = ap.parse_args()
     work = pathlib.Path(tempfile.mkdtemp())
     one = single_gpu(args.n)
     print(f"single-GPU cupy.fft.fftn c64 {args.n}^3: {one * 1e3:.2f} ms", flush=True)
-    print("| GPUs | via | reshape | timing | distrun ms (mean or median) | min | vs one GPU |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| GPUs | via | reshape | timing | distrun ms (mean or median) | min | vs one GPU | nvmath ms | ratio |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for p in args.ranks:
+        theirs = {} if args.no_peer else nvmath_peer.run("nvmath_fft.py", p, [str(args.n), *args.reshape], ENV)
         runs = ((v, r == "true", t) for v in args.via for r in args.reshape for t in args.timing)
         for via, reshape, timing in runs:
             path = work / f"fft-{p}-{via}-{reshape}-{timing}.toml"
@@ -81,8 +86,10 @@ def main():
                 print(f"| {p} | {via} | {reshape} | {timing} | failed: {r.stderr[-400:]} |")
                 continue
             t = json.loads((out / "manifest.json").read_text())["steps"][0]["time_s"]
+            peer = theirs.get(str(reshape).lower())
+            vs = f" {peer * 1e3:.2f} | {peer / t['median']:.3f}x |" if peer else " - | - |"
             print(f"| {p} | {via} | {str(reshape).lower()} | {timing} | {t['median'] * 1e3:.2f} | {t['min'] * 1e3:.2f} | "
-                  f"{t['median'] / one:.2f}x |", flush=True)
+                  f"{t['median'] / one:.2f}x |" + vs, flush=True)
 
 
 if __name__ == "__main__":

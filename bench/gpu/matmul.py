@@ -11,11 +11,11 @@ import argparse
 import json
 import os
 import pathlib
-import re
 import subprocess
-import sys
 import tempfile
 import time
+
+import nvmath_peer
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
@@ -70,27 +70,6 @@ def distrun(binary, p, dtype, n, kind, via, pipeline, timing, work):
     return step["time_s"]["median"], how + ("" if timing == "queued" else f", timed {timing}")
 
 
-def peer(p, cases):
-    venv = pathlib.Path(sys.executable).resolve().parents[1] / "lib/python3.12/site-packages/nvidia"
-    site = pathlib.Path(tempfile.gettempdir()) / "nvmath-site"
-    if not site.exists():
-        wheels = sorted(str(w) for w in (ROOT / ".tools/wheels").glob("*.whl"))
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
-                        "--target", str(site), *wheels], check=True)
-    libs = [site / "nvidia/cublasmp/cu13/lib", venv / "nccl/lib", venv / "nvshmem/lib", venv / "cu13/lib"]
-    env = dict(ENV, PYTHONPATH=str(site),
-               LD_LIBRARY_PATH=":".join(map(str, libs)) + ":" + os.environ.get("LD_LIBRARY_PATH", ""))
-    args = [f"{name}:{d}:{n}:{k}" for name, (d, n, k, _) in cases]
-    r = subprocess.run(["mpiexec", "-n", str(p), sys.executable, str(ROOT / "bench/gpu/nvmath_matmul.py"), *args],
-                       env=env, capture_output=True, text=True)
-    times = {m[1]: float(m[2]) for m in re.finditer(r"^CASE (\S+) (\S+)$", r.stdout, re.M)}
-    for m in re.finditer(r"^FAIL (\S+) (.*)$", r.stdout, re.M):
-        print(f"peer failed on {m[1]}: {m[2]}")
-    if r.returncode != 0 and not times:
-        print("peer failed:", r.stderr[-800:])
-    return times
-
-
 def single_gpu_rate(dtype, n):
     import cupy as cp
     dt = {"f16": cp.float16, "f32": cp.float32, "f64": cp.float64}[dtype]
@@ -136,7 +115,8 @@ def main():
         cases = [(c, CASES[c]) for c in args.cases if p in CASES[c][3]]
         if not cases:
             continue
-        theirs = {} if args.no_peer else peer(p, [(c, v[:3] + (None,)) for c, v in cases])
+        theirs = {} if args.no_peer else nvmath_peer.run(
+            "nvmath_matmul.py", p, [f"{c}:{d}:{n}:{k}" for c, (d, n, k, _) in cases], ENV)
         runs = ((c, v, w, t) for c in cases for v in args.via for w in args.pipeline for t in args.timing)
         for (name, (d, n, kind, _)), via, pipeline, timing in runs:
             t, alg = distrun(args.bin, p, d, n, kind, via, pipeline, timing, work)

@@ -7,7 +7,6 @@ synchronisations). One line per case on rank 0: `CASE <name> <seconds>`.
           bc<NB> (2 x P/2 grid, block-cyclic NB x NB blocks), block (2 x P/2 grid, non-cyclic)
 """
 import sys
-import time
 
 import cupy as cp
 import numpy as np
@@ -16,6 +15,7 @@ from mpi4py import MPI
 import nvmath.distributed
 from nvmath.distributed.distribution import BlockCyclic, BlockNonCyclic, ProcessGrid, Slab
 from nvmath.distributed.linalg.advanced import Matmul, matrix_qualifiers_dtype
+from nvmath_peer import queued
 
 comm = MPI.COMM_WORLD
 rank, nranks = comm.Get_rank(), comm.Get_size()
@@ -41,16 +41,9 @@ for case in sys.argv[1:]:
             b = cp.asfortranarray(cp.random.rand(*shape).astype(dt))
             mm = Matmul(a, b, distributions=[d, d, d])
         mm.plan()
-        mm.execute()
-        cp.cuda.Device().synchronize()
-        comm.Barrier()
-        t0 = time.perf_counter()
-        for _ in range(10):
-            mm.execute()
-        cp.cuda.Device().synchronize()
-        comm.Barrier()
+        t = queued(mm.execute, 1, comm, cp.cuda.Device().synchronize)
         if rank == 0:
-            print(f"CASE {name} {(time.perf_counter() - t0) / 10:.6e}", flush=True)
+            print(f"CASE {name} {t:.6e}", flush=True)
         mm.free()
     except Exception as e:  # a peer that cannot run a case is reported, not fatal
         if rank == 0:

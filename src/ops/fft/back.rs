@@ -10,7 +10,7 @@
 //! into the result), or, where the result is symmetric, by one strided put per peer (the copy
 //! engines); the step's trial runs choose ([`Route`]).
 
-use super::batched::{BATCHES, Put, planes, slab_room, split};
+use super::batched::{Put, batch_count, planes, slab_room, split};
 use super::local::Phase;
 use crate::backend::{Backend, Rows};
 use crate::dist::TensorState;
@@ -66,7 +66,8 @@ impl<B: Backend> BatchedBack<B> {
             return Ok(None);
         }
         let (xs, ys) = (split(shape[0], ranks), split(n1, ranks));
-        let n = ys.iter().map(|y| y.1).min().unwrap_or(0).clamp(1, BATCHES);
+        let fewest = ys.iter().map(|y| y.1).min().unwrap_or(0);
+        let n = batch_count(&natural.shape, elem, ranks, fewest);
         let symmetric = b.symmetric(slab_room(&natural.shape, elem, ranks, 0))?;
         let can_put = symmetric.is_some();
         let (s1, y0) = (ys[me].1, ys[me].0);

@@ -21,8 +21,20 @@ use crate::runtime::comm::Parts;
 use crate::spec::tensor::{DType, Distribution};
 use anyhow::Result;
 
-/// Batches of x-planes (at most; fewer where a rank holds fewer planes).
-pub(super) const BATCHES: usize = 8;
+/// How many batches a transpose of `shape` (`elem` bytes a value) over `ranks` runs in: one per
+/// 512 MiB a rank holds, 4 to 8, and no more than `planes` (the fewest any rank splits). Each
+/// batch costs its own launches and a smaller cuFFT and copy, while the first batch's FFT runs
+/// before anything moves. On H200s (bench/RESULTS.md, 2026-11-22 sixth) c64 1024^3 ran fastest
+/// in 4 batches on 4 GPUs (2 GiB a rank; 0.4 ms less than 8) and in 8 on 2 GPUs (4 GiB a rank;
+/// 1.1 ms less than 4); 512^3 in 3 or 4. The count depends on global sizes only, so every rank
+/// takes the same.
+pub(super) fn batch_count(shape: &[u64], elem: usize, ranks: usize, planes: usize) -> usize {
+    const BYTES: u64 = 512 << 20;
+    let per_rank = shape.iter().product::<u64>() * elem as u64 / ranks as u64;
+    (per_rank.div_ceil(BYTES).clamp(4, 8) as usize)
+        .min(planes)
+        .max(1)
+}
 
 /// One batch: its first-phase FFT and its share of the move, ready to go either way.
 struct Batch {
@@ -177,8 +189,9 @@ impl<B: Backend> Batched<B> {
         let (n1, inner) = (shape[1], shape[2..].iter().product::<usize>());
         // (first, count) of each rank's x-planes and y-rows.
         let (xs, ys) = (split(shape[0], ranks), split(n1, ranks));
-        let n = xs.iter().map(|x| x.1).min().unwrap_or(0).clamp(1, BATCHES);
         let elem = middle.dtype.size() as usize;
+        let fewest = xs.iter().map(|x| x.1).min().unwrap_or(0);
+        let n = batch_count(&middle.shape, elem, ranks, fewest);
         let in_plane = phase1.shape[1..].iter().product::<usize>();
         // Bytes per input value: an r2c reads reals (the same on every rank, so every rank
         // takes the same decision below).
@@ -298,7 +311,7 @@ impl<B: Backend> Batched<B> {
 
 #[cfg(test)]
 mod tests {
-    use super::planes;
+    use super::{batch_count, planes};
 
     #[test]
     fn batches_cover_every_plane_once() {
@@ -314,6 +327,19 @@ mod tests {
                 assert_eq!(next, s);
             }
         }
+    }
+
+    #[test]
+    fn a_batch_holds_about_512_mib_of_a_rank() {
+        let c64 = 8;
+        assert_eq!(batch_count(&[1024; 3], c64, 4, 256), 4);
+        assert_eq!(batch_count(&[1024; 3], c64, 2, 512), 8);
+        assert_eq!(batch_count(&[1024; 3], c64, 3, 341), 6);
+        assert_eq!(batch_count(&[512; 3], c64, 4, 128), 4);
+        assert_eq!(batch_count(&[2048; 3], c64, 2, 1024), 8);
+        // Never more batches than the fewest planes a rank holds.
+        assert_eq!(batch_count(&[30, 27, 33], c64, 4, 7), 4);
+        assert_eq!(batch_count(&[5, 27, 33], c64, 4, 1), 1);
     }
 
     #[test]
