@@ -1,6 +1,7 @@
 """Runs an nvmath-python peer script (nvmath_matmul.py, nvmath_fft.py) under mpiexec and reads
-its `CASE <name> <seconds>` lines; the scripts time their runs with `queued`. The nvmath wheels in .tools/wheels (nvmath-python, cuda-core,
-cuBLASMp; cuFFTMp for the FFT) are installed into a temporary directory for the peer only.
+its `CASE <name> <seconds>` lines; the scripts time their runs with `queued`. The nvmath wheels
+in .tools/wheels (nvmath-python, cuda-core, cuBLASMp; cuFFTMp for the FFT) are installed into a
+temporary directory for the peer only.
 """
 import os
 import pathlib

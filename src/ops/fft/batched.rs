@@ -30,7 +30,8 @@ use anyhow::Result;
 /// takes the same.
 pub(super) fn batch_count(shape: &[u64], elem: usize, ranks: usize, planes: usize) -> usize {
     const BYTES: u64 = 512 << 20;
-    let per_rank = shape.iter().product::<u64>() * elem as u64 / ranks as u64;
+    let bytes = shape.iter().fold(elem as u64, |b, &n| b.saturating_mul(n));
+    let per_rank = bytes / ranks.max(1) as u64;
     (per_rank.div_ceil(BYTES).clamp(4, 8) as usize)
         .min(planes)
         .max(1)
