@@ -3,6 +3,7 @@
 
 use crate::spec::step::{MatmulAlgorithm, MatmulPipeline};
 use crate::spec::tensor::Distribution;
+use indexmap::IndexSet;
 
 /// How an operand of `op(x)` (after its transpose) is split, in the product's terms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -262,16 +263,11 @@ pub fn choose(case: &MatmulCase<'_>, requested: MatmulAlgorithm) -> Result<Matmu
         }),
         None => {
             // Each algorithm once, cheapest form first.
-            let mut possible: Vec<&str> = Vec::new();
-            for name in all.iter().map(|c| c.algorithm.name()) {
-                if !possible.contains(&name) {
-                    possible.push(name);
-                }
-            }
+            let possible: IndexSet<&str> = all.iter().map(|c| c.algorithm.name()).collect();
             Err(format!(
                 "algorithm `{}` cannot run with these operand distributions; possible here: auto, {}",
                 requested.name(),
-                possible.join(", ")
+                possible.into_iter().collect::<Vec<_>>().join(", ")
             ))
         }
     }

@@ -21,7 +21,8 @@ pub struct TensorPlan {
     pub state: TensorState,
     /// Every state it takes, in order.
     pub states: Vec<TensorState>,
-    /// Local shape per rank as created; None for a rank that holds nothing.
+    /// Local shape per rank as created; None for a rank that holds nothing (no piece, or a
+    /// piece without elements).
     pub local_shapes: Vec<Option<Vec<u64>>>,
     /// Bytes reserved on each rank: the largest local piece over its states.
     pub bytes_per_rank: Vec<u64>,
@@ -119,7 +120,9 @@ pub fn plan(loaded: &Loaded, ranks: u64) -> Result<Plan, Vec<Diagnostic>> {
             TensorPlan {
                 state: first_state.clone(),
                 states: info.states.clone(),
-                local_shapes: (0..ranks).map(|r| placement.local_shape(r)).collect(),
+                local_shapes: (0..ranks)
+                    .map(|r| placement.local_shape(r).filter(|s| !s.contains(&0)))
+                    .collect(),
                 bytes_per_rank,
                 symmetric: info.symmetric.then_some((0, 0)),
                 from_start: info.init,

@@ -2,14 +2,14 @@
 
 use super::{Plan, TensorPlan};
 use crate::dist::process_grid;
-use crate::spec::tensor::{Axis, Distribution};
+use crate::spec::tensor::Distribution;
 use serde_json::{Value, json};
 
 /// The distribution with what the plan derived filled in: slab axes as indices, process grids
 /// and first-process offsets resolved for the rank count.
 pub fn resolved_dist(dist: &Distribution, ndim: usize, ranks: u64) -> Distribution {
     match dist {
-        Distribution::Slab(a) => Distribution::Slab(Axis::Index(a.index() as u8)),
+        Distribution::Slab(a) => Distribution::slab(a.index()),
         Distribution::Block(b) => {
             let mut b = b.clone();
             b.grid = Some(process_grid(&b.grid, ranks, ndim));
@@ -83,15 +83,6 @@ fn position_text(pos: usize, n_steps: usize, start: bool) -> String {
     }
 }
 
-/// A rank's local shape for `plan --json`: an empty list where it holds nothing (no piece, or a
-/// piece without elements).
-fn held_shape(local: Option<&Vec<u64>>) -> Vec<u64> {
-    local
-        .filter(|s| s.iter().product::<u64>() > 0)
-        .cloned()
-        .unwrap_or_default()
-}
-
 fn local_range(t: &TensorPlan) -> String {
     let held: Vec<&Vec<u64>> = t.local_shapes.iter().flatten().collect();
     let none = t.local_shapes.len() - held.len();
@@ -124,7 +115,7 @@ impl Plan {
                     "dtype": s.dtype,
                     "layout": s.layout,
                     "distribution": resolved_dist(&s.dist, s.shape.len(), self.ranks),
-                    "local_shapes": t.local_shapes.iter().map(|l| held_shape(l.as_ref())).collect::<Vec<_>>(),
+                    "local_shapes": t.local_shapes.iter().map(|l| l.clone().unwrap_or_default()).collect::<Vec<_>>(),
                     "symmetric": t.symmetric.map(|(offset, bytes)| json!({"offset": offset, "bytes": bytes})),
                     "bytes_per_rank": t.bytes_per_rank.iter().copied().max().unwrap_or(0),
                     "live": [t.first, t.last],
@@ -225,20 +216,17 @@ impl Plan {
                 .to_vec(),
             ];
             for (i, s) in self.steps.iter().enumerate() {
+                let m = s.matmul.as_ref();
                 rows.push(vec![
                     i.to_string(),
                     s.op.to_string(),
                     s.name.clone(),
                     s.inputs.join(", "),
                     s.outputs.join(", "),
-                    s.algorithm().unwrap_or("-").to_string(),
-                    (s.matmul.as_ref())
-                        .and_then(|m| m.bytes_per_rank)
+                    m.map_or("-", |m| m.algorithm.name()).to_string(),
+                    m.and_then(|m| m.bytes_per_rank)
                         .map_or("-".into(), human_bytes),
-                    s.matmul
-                        .as_ref()
-                        .map(|m| m.detail.clone())
-                        .unwrap_or_default(),
+                    m.map(|m| m.detail.clone()).unwrap_or_default(),
                 ]);
             }
             out.push('\n');

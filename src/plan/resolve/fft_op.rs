@@ -101,23 +101,24 @@ impl Resolver<'_> {
         let declared_dist = declared
             .and_then(|d| d.distribution.clone())
             .filter(|d| *d != Distribution::Partial);
-        let slab_input = matches!(&x.dist, Distribution::Slab(a) if a.index() < 2);
-        let dist = match (&x.dist, f.reshape) {
-            _ if (slab_input || matches!(x.dist, Distribution::Boxes(_)))
-                && let Some(d) = declared_dist =>
-            {
-                d
+        let dist = match &x.dist {
+            Distribution::Slab(a) if a.index() < 2 => {
+                declared_dist.unwrap_or_else(|| match f.reshape {
+                    true => x.dist.clone(),
+                    false => Distribution::slab(1 - a.index()),
+                })
             }
-            (Distribution::Slab(_), true) if slab_input => x.dist.clone(),
-            (Distribution::Slab(a), false) if slab_input => Distribution::slab(1 - a.index()),
-            (Distribution::Boxes(_), true) if f.kind == FftKind::C2c => x.dist.clone(),
-            (Distribution::Boxes(_), _) => {
-                self.err(
-                    Diagnostic::value(here.clone(), "an fft of boxes needs the output's distribution: declare the out tensor (boxes, as nvmath-python pairs them, or any other)")
-                        .help("a c2c fft with reshape = true may leave it undeclared: the result keeps the input's boxes"),
-                );
-                return None;
-            }
+            Distribution::Boxes(_) => match declared_dist {
+                Some(d) => d,
+                None if f.reshape && f.kind == FftKind::C2c => x.dist.clone(),
+                None => {
+                    self.err(
+                        Diagnostic::value(here.clone(), "an fft of boxes needs the output's distribution: declare the out tensor (boxes, as nvmath-python pairs them, or any other)")
+                            .help("a c2c fft with reshape = true may leave it undeclared: the result keeps the input's boxes"),
+                    );
+                    return None;
+                }
+            },
             _ => {
                 self.expect_dist(
                     i,

@@ -119,6 +119,7 @@ impl Resolver<'_> {
                     .help("name a `c` tensor, or remove beta"),
             );
         }
+        let mut partial = false;
         for (key, name, t) in [
             ("a", Some(&m.a), Some(a)),
             ("b", Some(&m.b), Some(b)),
@@ -127,10 +128,11 @@ impl Resolver<'_> {
             if let (Some(name), Some(t)) = (name, t)
                 && t.dist == Distribution::Partial
             {
-                ok = false;
+                partial = true;
                 self.expect_dist(i, key, name, &t.dist, "non-partial", false);
             }
         }
+        ok &= !partial;
         if a.shape.len() != 2 || b.shape.len() != 2 {
             return info;
         }
@@ -185,7 +187,11 @@ impl Resolver<'_> {
             ));
         }
         // The algorithm depends on the distributions alone: it is checked (and a forced one
-        // refused) even when the errors above keep the step from resolving.
+        // refused) even when the errors above keep the step from resolving, except where an
+        // operand is partial (no algorithm takes one: that error is already said).
+        if partial {
+            return info;
+        }
         let declared = self
             .loaded
             .spec

@@ -304,7 +304,7 @@ impl Resolver<'_> {
             self.tensors[name].used_by.push(step);
             return Some(state);
         }
-        let writes = |s: &Step| s.output().is_some_and(|(_, o)| o == name);
+        let writes = |s: &Step| s.writes(name);
         // An earlier step that writes it has errors of its own: no second report.
         if self.loaded.spec.steps[..step].iter().any(writes) {
             return None;
@@ -511,12 +511,7 @@ impl Resolver<'_> {
             }
             let written = self.tensors.get(name).is_some_and(|t| !t.states.is_empty());
             // A tensor whose writing step has errors of its own needs no second report.
-            let attempted = self
-                .loaded
-                .spec
-                .steps
-                .iter()
-                .any(|s| s.output().is_some_and(|(_, o)| o == name));
+            let attempted = self.loaded.spec.steps.iter().any(|s| s.writes(name));
             if written || attempted {
                 continue;
             }

@@ -31,7 +31,7 @@ impl Resolver<'_> {
         ok
     }
 
-    pub(super) fn check_reduce(&mut self, step: usize, op: ReduceOp, dtype: DType) {
+    fn check_reduce(&mut self, step: usize, op: ReduceOp, dtype: DType) {
         let bad = match op {
             ReduceOp::Min | ReduceOp::Max if dtype.is_complex() => {
                 Some("complex numbers have no order")
@@ -49,7 +49,7 @@ impl Resolver<'_> {
         }
     }
 
-    pub(super) fn check_root(&mut self, step: usize, key: &str, root: u32) -> bool {
+    fn check_root(&mut self, step: usize, key: &str, root: u32) -> bool {
         match self.ranks {
             Some(p) if u64::from(root) >= p => {
                 self.err(
@@ -65,7 +65,7 @@ impl Resolver<'_> {
         }
     }
 
-    pub(super) fn check_divisible(&mut self, step: usize, axis: Axis, state: &TensorState) -> bool {
+    fn check_divisible(&mut self, step: usize, axis: Axis, state: &TensorState) -> bool {
         let here = KeyPath::root().key("steps").index(step).key("axis");
         let a = axis.index();
         if a >= state.shape.len() {
@@ -124,7 +124,7 @@ impl Resolver<'_> {
     }
 
     /// The root holding `x` when the step's own `root` (if given) agrees with it.
-    pub(super) fn root_of(
+    fn root_of(
         &mut self,
         i: usize,
         given: Option<u32>,
@@ -224,7 +224,7 @@ impl Resolver<'_> {
         }
     }
 
-    pub(super) fn check_send_recv(
+    fn check_send_recv(
         &mut self,
         i: usize,
         s: &crate::spec::step::SendRecv,
