@@ -220,26 +220,26 @@ fn with_meaning_errors(invalid: InvalidSpec, ranks: Option<u64>) -> InvalidSpec 
         return invalid;
     };
     let (loaded, repair) = repaired.as_ref();
-    let ranks = ranks.or(loaded.spec.runtime.ranks.map(u64::from));
+    let ranks = ranks_for(loaded, ranks);
     let Err(meaning) = plan::resolve(loaded, ranks) else {
         return invalid;
     };
-    let outputs = &loaded.spec.output.tensors;
     let mut all = schema.clone();
-    all.extend(
-        meaning
-            .into_iter()
-            .filter(|d| repair.independent(d, outputs)),
-    );
+    all.extend(meaning.into_iter().filter(|d| repair.independent(d)));
     loaded.invalid(&all)
 }
 
 /// All three validation passes over one spec file.
 pub fn validate(path: &std::path::Path, ranks: Option<u64>) -> Result<(), InvalidSpec> {
     let loaded = load(path, ranks)?;
-    let ranks = ranks.or(loaded.spec.runtime.ranks.map(u64::from));
+    let ranks = ranks_for(&loaded, ranks);
     plan::resolve(&loaded, ranks).map_err(|d| loaded.invalid(&d))?;
     Ok(())
+}
+
+/// The rank count to check or plan for: `--ranks`, else the spec's `runtime.ranks`.
+fn ranks_for(loaded: &spec::Loaded, ranks: Option<u64>) -> Option<u64> {
+    ranks.or(loaded.spec.runtime.ranks.map(u64::from))
 }
 
 /// A `--ranks` value: a whole number of at least 1.
@@ -253,7 +253,7 @@ fn rank_count(text: &str) -> Result<u64, String> {
 /// Loads, validates and plans one spec file.
 pub fn plan_spec(path: &std::path::Path, ranks: Option<u64>) -> Result<plan::Plan, InvalidSpec> {
     let loaded = load(path, ranks)?;
-    let Some(ranks) = ranks.or(loaded.spec.runtime.ranks.map(u64::from)) else {
+    let Some(ranks) = ranks_for(&loaded, ranks) else {
         return Err(InvalidSpec {
             report: format!(
                 "{}: the rank count is unknown: give --ranks N (or set runtime.ranks)\n",

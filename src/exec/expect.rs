@@ -107,10 +107,11 @@ impl Source<'_> {
         if let Some(generator) = init::Generator::new(init, seed, name, dtype) {
             // Row r's element i is the stacked [P, *S] tensor's r * n + i, rounded to the dtype.
             let n: u64 = state.shape.iter().product();
-            out.par_chunks_mut(CHUNK * size)
+            out.par_chunks_mut(init::CHUNK * size)
                 .enumerate()
                 .for_each(|(k, chunk)| {
-                    let (mut idx, mut one) = (map.unravel((k * CHUNK) as u64), vec![0u8; size]);
+                    let (mut idx, mut one) =
+                        (map.unravel((k * init::CHUNK) as u64), vec![0u8; size]);
                     for el in chunk.chunks_exact_mut(size) {
                         let at = map.global_linear(&idx);
                         let values = (0..ranks).map(|r| {
@@ -128,7 +129,7 @@ impl Source<'_> {
         };
         let path = self.dir.join(path);
         let rows: Vec<Vec<u8>> = (0..ranks)
-            .map(|r| init::npy_row_piece(&path, state, ranks, rank, r))
+            .map(|r| init::npy_row_piece(&path, state, &map, r, ranks))
             .collect::<Result<_>>()?;
         out.par_chunks_exact_mut(size)
             .enumerate()
@@ -141,9 +142,6 @@ impl Source<'_> {
         Ok(out)
     }
 }
-
-/// Elements per parallel task of [`Source::reduced`].
-const CHUNK: usize = 1 << 14;
 
 /// Combines the ranks' values as the reduction does (in f64 for floats, wrapping for integers).
 fn fold(op: ReduceOp, dtype: DType, values: impl Iterator<Item = Scalar>, ranks: u64) -> Scalar {

@@ -6,8 +6,9 @@ use super::value::Generator;
 use crate::spec::tensor::DType;
 use rayon::prelude::*;
 
-/// Elements per parallel task.
-const CHUNK: usize = 1 << 14;
+/// Elements per parallel task (of a generated piece, or of anything computed element by element
+/// like it).
+pub const CHUNK: usize = 1 << 14;
 
 /// The bytes of the piece described by `map`, every element from `generator`.
 pub fn generate(generator: &Generator, dtype: DType, map: &IndexMap) -> Vec<u8> {

@@ -79,7 +79,7 @@ mod value;
 #[cfg(test)]
 pub(crate) mod tests;
 
-pub use fill::generate;
+pub use fill::{CHUNK, generate};
 pub use index::{Coords, IndexMap};
 pub use rng::{bits, key, splitmix64, std_normal, unit};
 pub use scalar::{Scalar, decode, encode};
@@ -152,18 +152,15 @@ pub fn fill_local(
     Ok(local_piece(init, seed, name, spec_dir, state, ranks, rank)?.into_bytes(state.dtype))
 }
 
-/// The bytes that row `row` of the partial tensor `name` holds at the elements of `rank`'s
-/// piece of `state` (shape `S`, any distribution), from its `npy` file (`[ranks, *S]`): what
-/// the reductions' checks fold, without reading every rank's whole row.
+/// The bytes that row `row` of a partial tensor holds at the elements of `map` (a rank's piece
+/// of its state `state`, shape `S`, in any distribution but partial), from its `npy` file
+/// (`[rows, *S]`): what the reductions' checks fold, without reading every rank's whole row.
 pub fn npy_row_piece(
     path: &Path,
     state: &TensorState,
-    ranks: u64,
-    rank: u64,
+    map: &IndexMap,
     row: u64,
+    rows: u64,
 ) -> anyhow::Result<Vec<u8>> {
-    match IndexMap::new(state, ranks, rank) {
-        Some(map) => npy::read_local(path, state, &map.in_row(row, ranks)),
-        None => Ok(Vec::new()),
-    }
+    npy::read_local(path, state, &map.clone().in_row(row, rows))
 }

@@ -1,11 +1,13 @@
 //! What a run writes: the run directory (created atomically), one `.npy` per rank per written
 //! tensor, checksums of every file, `manifest.json` (written last), and `distrun verify`.
 //!
-//! Order of a run's writes, with any number of ranks on one shared filesystem:
-//! rank 0 calls [`RunDir::create`] and broadcasts [`RunDir::path`]; the other ranks call
-//! [`RunDir::open`] with it; every rank writes its shards ([`write_npy_in`]); after a barrier,
-//! rank 0 writes the gathered files, then the manifest ([`write_manifest`]), then
-//! [`RunDir::commit`]s. Until the commit nothing exists under the final name.
+//! Order of a run's writes, with any number of ranks on one shared filesystem (`exec::write`):
+//! rank 0 calls [`RunDir::create`] (for `--out`) or [`RunDir::create_unique`] (a default name)
+//! and sends [`RunDir::path`] to all; the other ranks call [`RunDir::open`] with it; tensor by
+//! tensor, every rank writes its shard ([`write_npy_in`]) and rank 0 the gathered file where
+//! asked; once every rank's shard records have reached rank 0, it writes the manifest
+//! ([`write_manifest`]) and [`RunDir::commit`]s. Until the commit nothing exists under the final
+//! name.
 
 pub mod checksum;
 pub mod manifest;

@@ -21,14 +21,18 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 pub struct RunDir {
     /// Where files are written until the commit.
     temp: PathBuf,
-    /// The name the directory takes at the commit (the owner's).
-    final_path: PathBuf,
-    /// Where the final name is taken: the commit takes the first free of `<name>-2`, `<name>-3`...
+    /// The creating process's (the owner's) name for the directory: it alone commits, or
+    /// removes the directory on drop. None for a handle from [`RunDir::open`], and once the
+    /// commit has been tried.
+    target: Option<Target>,
+}
+
+/// The name an owner's directory takes at the commit.
+#[derive(Debug)]
+struct Target {
+    path: PathBuf,
+    /// Where `path` is taken, the commit takes the first free of `<path>-2`, `<path>-3`...
     unique: bool,
-    /// True for the creating process: it alone commits, or removes on drop.
-    owner: bool,
-    /// True once committed: nothing left to clean up.
-    settled: bool,
 }
 
 /// How many names a unique commit tries (`<name>`, then `<name>-2` up to this).
@@ -97,10 +101,10 @@ impl RunDir {
         fs::create_dir(&temp)?;
         Ok(RunDir {
             temp,
-            final_path,
-            unique,
-            owner: true,
-            settled: false,
+            target: Some(Target {
+                path: final_path,
+                unique,
+            }),
         })
     }
 
@@ -115,10 +119,7 @@ impl RunDir {
         }
         Ok(RunDir {
             temp: temp_path,
-            final_path: PathBuf::new(),
-            unique: false,
-            owner: false,
-            settled: false,
+            target: None,
         })
     }
 
@@ -156,44 +157,43 @@ impl RunDir {
     /// rank has finished writing. When the rename fails the directory is kept under its
     /// temporary name (not removed).
     pub fn commit(mut self) -> io::Result<PathBuf> {
-        if !self.owner {
+        // From here on the files stay on disk whatever happens: a failed commit keeps them
+        // under the temporary name, which the error gives.
+        let Some(target) = self.target.take() else {
             return Err(io::Error::new(
                 io::ErrorKind::PermissionDenied,
                 "only the process that created a run directory commits it",
             ));
-        }
-        // From here on the files stay on disk whatever happens: a failed commit keeps them
-        // under the temporary name, which the error gives.
-        self.settled = true;
-        let tries = if self.unique { UNIQUE_TRIES } else { 1 };
-        let mut result = Err(already_exists(&self.final_path));
+        };
+        let tries = if target.unique { UNIQUE_TRIES } else { 1 };
         for k in 1..=tries {
             let path = match k {
-                1 => self.final_path.clone(),
-                _ => with_suffix(&self.final_path, k),
+                1 => target.path.clone(),
+                _ => with_suffix(&target.path, k),
             };
             // A run directory is never empty, so a rename onto one that appeared meanwhile
             // fails too (only an empty directory would be replaced).
-            result = match path.symlink_metadata() {
+            let result = match path.symlink_metadata() {
                 Ok(_) => Err(already_exists(&path)),
-                Err(_) => fs::rename(&self.temp, &path).map(|()| path),
+                Err(_) => fs::rename(&self.temp, &path),
             };
-            match &result {
-                Err(e) if taken(e) => continue,
-                _ => break,
+            match result {
+                Ok(()) => return Ok(path),
+                Err(e) if taken(&e) && k < tries => continue,
+                Err(e) => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!(
+                            "cannot rename {} to {}: {e} (the files are kept in {})",
+                            self.temp.display(),
+                            path.display(),
+                            self.temp.display()
+                        ),
+                    ));
+                }
             }
         }
-        result.map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!(
-                    "cannot rename {} to {}: {e} (the files are kept in {})",
-                    self.temp.display(),
-                    self.final_path.display(),
-                    self.temp.display()
-                ),
-            )
-        })
+        unreachable!("the last try returns")
     }
 }
 
@@ -210,9 +210,9 @@ fn taken(e: &io::Error) -> bool {
 }
 
 impl Drop for RunDir {
-    /// An owner's directory that was not committed is removed (best effort).
+    /// An owner's directory whose commit was not tried is removed (best effort).
     fn drop(&mut self) {
-        if self.owner && !self.settled {
+        if self.target.is_some() {
             let _ = fs::remove_dir_all(&self.temp);
         }
     }

@@ -19,6 +19,8 @@ const NAMING_KEYS: [&str; 6] = ["input", "a", "b", "c", "bias", "out"];
 pub struct Repair {
     tensors: HashSet<String>,
     steps: HashSet<usize>,
+    /// Entries of `output.tensors` that name a tainted tensor.
+    outputs: HashSet<usize>,
     removed: Vec<KeyPath>,
 }
 
@@ -93,9 +95,17 @@ impl Repair {
                 tensors.extend(target);
             }
         }
+        let outputs = (value.pointer("/output/tensors").and_then(Value::as_array))
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .filter(|(_, n)| n.as_str().is_some_and(|n| tensors.contains(n)))
+            .map(|(j, _)| j)
+            .collect();
         let repair = Repair {
             tensors,
             steps,
+            outputs,
             removed,
         };
         Some((value, repair))
@@ -103,7 +113,7 @@ impl Repair {
 
     /// Whether a meaning error of the repaired spec stands on its own: it involves no tainted
     /// tensor, step or removed key.
-    pub fn independent(&self, d: &Diagnostic, output_tensors: &[String]) -> bool {
+    pub fn independent(&self, d: &Diagnostic) -> bool {
         if self.removed.iter().any(|r| d.path.0.starts_with(&r.0)) {
             return false;
         }
@@ -111,9 +121,7 @@ impl Repair {
             [Seg::Key(t), Seg::Key(name), ..] if t == "tensors" => !self.tensors.contains(name),
             [Seg::Key(s), Seg::Index(i), ..] if s == "steps" => !self.steps.contains(i),
             [Seg::Key(o), Seg::Key(t), Seg::Index(j), ..] if o == "output" && t == "tensors" => {
-                output_tensors
-                    .get(*j)
-                    .is_none_or(|n| !self.tensors.contains(n))
+                !self.outputs.contains(j)
             }
             _ => true,
         }
@@ -138,7 +146,8 @@ mod tests {
                 {"op": "allreduce", "input": "ok", "out": "u"},
                 {"op": "barrier"}
             ],
-            "runtime": {"device": "gpu"}
+            "runtime": {"device": "gpu"},
+            "output": {"tensors": ["z", "ok"]}
         });
         let at = |p: &str| Diagnostic::value(KeyPath::parse(p), "bad");
         let diags = [
@@ -155,7 +164,6 @@ mod tests {
         assert_eq!(fixed["steps"][2]["op"], "broadcast");
         assert_eq!(fixed["steps"][4], json!({"op": "barrier"}));
         assert!(fixed["runtime"].get("device").is_none());
-        let outputs = ["z".to_string(), "ok".to_string()];
         // Steps 0 and 1 read x and what step 0 wrote from it; step 2 keeps its other errors,
         // but what it writes taints step 3; step 5 stands on its own.
         for (path, independent) in [
@@ -172,7 +180,7 @@ mod tests {
             ("output.tensors[0]", false),
             ("output.tensors[1]", true),
         ] {
-            assert_eq!(r.independent(&at(path), &outputs), independent, "{path}");
+            assert_eq!(r.independent(&at(path)), independent, "{path}");
         }
     }
 

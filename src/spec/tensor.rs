@@ -217,7 +217,6 @@ pub enum AxisName {
     Z,
 }
 
-/// Two spellings of one axis are equal (`x` is 0), so distributions compare by what they mean.
 impl Distribution {
     /// Slabs along `axis` (given by index).
     pub fn slab(axis: usize) -> Self {
@@ -225,6 +224,7 @@ impl Distribution {
     }
 }
 
+/// Two spellings of one axis are equal (`x` is 0), so distributions compare by what they mean.
 impl PartialEq for Axis {
     fn eq(&self, other: &Self) -> bool {
         self.index() == other.index()
