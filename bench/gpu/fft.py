@@ -74,7 +74,8 @@ def main():
     print("| GPUs | via | reshape | timing | distrun ms (mean or median) | min | vs one GPU | nvmath ms | ratio |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for p in args.ranks:
-        theirs = {} if args.no_peer else nvmath_peer.run("nvmath_fft.py", p, [str(args.n), *args.reshape], ENV)
+        theirs = {} if args.no_peer else nvmath_peer.run(
+            "nvmath_fft.py", p, [str(args.n), str(args.iterations), *args.reshape], ENV)
         runs = ((v, r == "true", t) for v in args.via for r in args.reshape for t in args.timing)
         for via, reshape, timing in runs:
             path = work / f"fft-{p}-{via}-{reshape}-{timing}.toml"

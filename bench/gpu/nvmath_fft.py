@@ -1,9 +1,9 @@
 """The peer of bench/gpu/fft.py: nvmath-python's distributed FFT (cuFFTMp) on the same problem,
-timed the same way (2 warm-up, then 10 runs back to back between two synchronisations, their
-mean). c64 N^3 in x-slabs on the NVSHMEM symmetric heap, forward, nvmath's defaults otherwise.
+timed the same way (2 warm-up, then ITERATIONS runs back to back between two synchronisations,
+their mean). c64 N^3 in x-slabs on the NVSHMEM symmetric heap, forward, nvmath's defaults otherwise.
 One line per reshape flag on rank 0: `CASE <true|false> <seconds>`.
 
-    mpiexec -n P python nvmath_fft.py N true false
+    mpiexec -n P python nvmath_fft.py N ITERATIONS true false
 """
 import sys
 
@@ -20,16 +20,16 @@ rank = comm.Get_rank()
 device = rank % cp.cuda.runtime.getDeviceCount()
 cp.cuda.Device(device).use()
 nvmath.distributed.initialize(device, comm, backends=["nvshmem"])
-n = int(sys.argv[1])
+n, iterations = int(sys.argv[1]), int(sys.argv[2])
 
-for reshape in sys.argv[2:]:
+for reshape in sys.argv[3:]:
     try:
         shape = Slab.X.shape(rank, (n, n, n))
         a = dfft.allocate_operand(shape, cp, input_dtype=cp.complex64, distribution=Slab.X)
         a[...] = cp.random.rand(*shape, dtype=cp.float32) + 1j * cp.random.rand(*shape, dtype=cp.float32)
         with dfft.FFT(a, distribution=Slab.X, options={"reshape": reshape == "true"}) as f:
             f.plan()
-            t = queued(f.execute, 2, comm, cp.cuda.Device().synchronize)
+            t = queued(f.execute, 2, comm, cp.cuda.Device().synchronize, iterations)
             if rank == 0:
                 print(f"CASE {reshape} {t:.6e}", flush=True)
         nvmath.distributed.free_symmetric_memory(a)

@@ -45,12 +45,9 @@ fn mirrored(k: u64, n: u64) -> bool {
 }
 
 /// Σ|x|² of a piece, counting a half spectrum's mirrored bins twice (`half`: the real length of
-/// the last axis whose half spectrum this is); 0 where another rank's copy counts.
+/// the last axis whose half spectrum this is).
 fn energy(state: &TensorState, v: &[(f64, f64)], ranks: u64, rank: u64, half: Option<u64>) -> f64 {
     let power = |(re, im): &(f64, f64)| re * re + im * im;
-    if !crate::dist::counted_on(&state.dist, rank) {
-        return 0.0;
-    }
     match half {
         None => v.iter().map(power).sum(),
         Some(n) => v
@@ -132,14 +129,22 @@ pub fn check<B: Backend>(
     // Parseval: Σ|out|² = s² n Σ|in|², a half spectrum weighted (not for c2r, whose input need not
     // be a real signal's spectrum).
     let half_out = (step.kind == FftKind::R2c).then(|| real_shape[real_shape.len() - 1]);
-    let e_in = energy(in_state, &x, ranks, rank, None);
-    let e_out = energy(
-        out_state,
-        &values(b, out_state, out.1)?,
-        ranks,
-        rank,
-        half_out,
-    );
+    // A replicated piece counts once: 0 where another rank's copy counts (and nothing read).
+    let counted = |s: &TensorState| crate::dist::counted_on(&s.dist, rank);
+    let e_in = match counted(in_state) {
+        true => energy(in_state, &x, ranks, rank, None),
+        false => 0.0,
+    };
+    let e_out = match counted(out_state) {
+        true => energy(
+            out_state,
+            &values(b, out_state, out.1)?,
+            ranks,
+            rank,
+            half_out,
+        ),
+        false => 0.0,
+    };
     let sums = sum_over_ranks(b, &[e_in, e_out])?;
     let s = scale(step.norm, step.direction, n);
     let expected = s * s * n * sums[0];
