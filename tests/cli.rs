@@ -163,6 +163,14 @@ fn plan_json_has_the_contract_shape() {
     assert_eq!(shapes[127], serde_json::json!([1024, 1]));
     assert_eq!(shapes[128], serde_json::json!([]));
     assert_eq!(shapes[129], serde_json::json!([]));
+    // The table says the same: two ranks hold none of a.
+    let table = Distrun::new()
+        .args(["plan", "specs/gemm.toml", "--ranks", "130"])
+        .run()
+        .code(0)
+        .stdout;
+    let a = table.lines().find(|l| l.starts_with("a ")).unwrap();
+    assert!(a.contains("(2 ranks none)"), "{a}");
 }
 
 #[test]
