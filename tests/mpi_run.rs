@@ -713,10 +713,9 @@ tensors = ["all", "cols"]
 }
 
 #[test]
-fn send_recv_of_a_computed_tensor_moves_its_rows_and_every_rank_skips_the_check() {
+fn send_recv_of_a_computed_tensor_moves_its_rows_and_is_checked() {
     // A matmul's rows go on by send_recv to a rank that the others do not send to: no init
-    // predicts them, so every rank must skip the check alike (ranks that disagreed would wait
-    // in different collectives).
+    // predicts them, and the check compares the move with its actual input on every rank.
     let spec = |p: usize| {
         format!(
             r#"[job]
@@ -757,7 +756,7 @@ gather = true
         let spec = temp_spec(&format!("computed{p}"), &spec(p));
         let out = spec.parent().unwrap().join("run");
         let m = run_ok(p, &spec, &out, &[]);
-        assert!(m["steps"][1].get("check").is_none(), "{}", m["steps"][1]);
+        assert_eq!(m["steps"][1]["check"]["passed"], true, "{}", m["steps"][1]);
         let (shape, values) = read_npy(&out.join("moved.npy"));
         assert_eq!(shape, [p as u64, 2]);
         let mut want = vec![0.0; p * 2];
@@ -848,6 +847,38 @@ fn reductions_of_a_partial_npy_tensor_are_checked_at_1_to_4_ranks() {
                 column.fold(f64::MIN, f64::max),
                 "{p} ranks, element {i}"
             );
+        }
+    }
+}
+
+#[test]
+fn eight_bit_reductions_wrap_at_1_to_4_ranks() {
+    // More than 16 elements, so that Open MPI's AVX reductions (which saturate 8-bit sums) would
+    // take them: every result must wrap as MPI's standard and NCCL have it.
+    let spec = "[job]\nname = \"wrap\"\n\
+        [tensors.u]\nshape = [40]\ndtype = \"u8\"\ndistribution = \"partial\"\ninit = { fill = 200 }\n\
+        [tensors.i]\nshape = [3, 13]\ndtype = \"i8\"\ndistribution = \"partial\"\ninit = { fill = 100 }\n\
+        [[steps]]\nop = \"all_reduce\"\ninput = \"u\"\nout = \"usum\"\ncheck = true\n\
+        [[steps]]\nop = \"reduce\"\ninput = \"u\"\nout = \"uavg\"\nreduce = \"avg\"\ncheck = true\n\
+        [[steps]]\nop = \"reduce_scatter\"\ninput = \"i\"\nout = \"isum\"\naxis = 1\ncheck = true\n\
+        [[steps]]\nop = \"all_reduce\"\ninput = \"i\"\nout = \"iprod\"\nreduce = \"prod\"\ncheck = true\n\
+        [output]\ntensors = [\"usum\", \"uavg\", \"isum\", \"iprod\"]\ngather = true\n";
+    let spec = temp_spec("wrap", spec);
+    for p in 1..=4usize {
+        let out = spec.parent().unwrap().join(format!("run{p}"));
+        run_ok(p, &spec, &out, &[]);
+        assert_checks_passed(&out);
+        let usum = (200 * p) as u8;
+        let isum = (100 * p) as i8;
+        let iprod = (0..p).fold(1i8, |a, _| a.wrapping_mul(100));
+        for (name, want, n) in [
+            ("usum", f64::from(usum), 40),
+            ("uavg", f64::from(usum / p as u8), 40),
+            ("isum", f64::from(isum), 39),
+            ("iprod", f64::from(iprod), 39),
+        ] {
+            let (_, v) = read_npy(&out.join(format!("{name}.npy")));
+            assert_eq!(v, vec![want; n], "{name} at {p} ranks");
         }
     }
 }

@@ -25,32 +25,62 @@ impl<'a> Cpu<'a> {
     }
 }
 
-/// The MPI element and operation for a dtype and reduction; half types travel as f32, and avg is
-/// a sum divided afterwards.
+/// The MPI element and operation for a dtype and reduction, as the values travel (see
+/// [`widen`]); avg is a sum divided afterwards.
 fn mpi_op(dtype: DType, op: ReduceOp) -> (Elem, Op) {
-    let elem = match dtype {
-        DType::F16 | DType::Bf16 | DType::F32 => Elem::F32,
-        DType::F64 => Elem::F64,
-        DType::C64 => Elem::C64,
-        DType::C128 => Elem::C128,
-        DType::I8 => Elem::I8,
-        DType::U8 => Elem::U8,
-        DType::I32 => Elem::I32,
-        DType::U32 => Elem::U32,
-        DType::I64 => Elem::I64,
-        DType::U64 => Elem::U64,
-    };
     let op = match op {
         ReduceOp::Sum | ReduceOp::Avg => Op::Sum,
         ReduceOp::Prod => Op::Prod,
         ReduceOp::Min => Op::Min,
         ReduceOp::Max => Op::Max,
     };
+    let elem = match dtype {
+        DType::F16 | DType::Bf16 | DType::F32 => Elem::F32,
+        DType::F64 => Elem::F64,
+        DType::C64 => Elem::C64,
+        DType::C128 => Elem::C128,
+        // Signed order needs signed 32-bit values; sums and products wrap alike in unsigned ones.
+        DType::I8 if matches!(op, Op::Min | Op::Max) => Elem::I32,
+        DType::I8 | DType::U8 | DType::U32 => Elem::U32,
+        DType::I32 => Elem::I32,
+        DType::I64 => Elem::I64,
+        DType::U64 => Elem::U64,
+    };
     (elem, op)
 }
 
-/// f32 bytes narrowed back into half-precision `out`.
+/// The bytes a reduction sends for `dtype`, where they differ from the dtype's own: half types
+/// travel as f32 and come back rounded once; 8-bit integers as 32-bit ones (sign-extended for
+/// i8), whose sums and products wrapped back to 8 bits are the 8-bit ones' wrapped results.
+/// Open MPI 4.1's AVX reductions saturate 8-bit sums instead of wrapping; 32-bit values keep
+/// every MPI to the standard's wrapping arithmetic.
+fn widen(dtype: DType, bytes: &[u8]) -> Cow<'_, [u8]> {
+    match dtype {
+        DType::I8 => Cow::Owned(
+            bytes
+                .par_iter()
+                .flat_map_iter(|&b| i32::from(b as i8).to_le_bytes())
+                .collect(),
+        ),
+        DType::U8 => Cow::Owned(
+            bytes
+                .par_iter()
+                .flat_map_iter(|&b| u32::from(b).to_le_bytes())
+                .collect(),
+        ),
+        _ => local::widen(dtype, bytes),
+    }
+}
+
+/// Wide values (see [`widen`]) narrowed back into `dtype`'s `out`: halves rounded, 8-bit
+/// integers wrapped (their low byte).
 fn narrow(dtype: DType, wide: &[u8], out: &mut [u8]) {
+    if matches!(dtype, DType::I8 | DType::U8) {
+        out.par_iter_mut()
+            .zip(wide.par_chunks_exact(4))
+            .for_each(|(o, w)| *o = w[0]);
+        return;
+    }
     out.par_chunks_exact_mut(2)
         .zip(wide.par_chunks_exact(4))
         .for_each(|(o, w)| {
@@ -96,8 +126,8 @@ unsafe impl Send for Dst {}
 unsafe impl Sync for Dst {}
 
 impl Cpu<'_> {
-    /// Runs an MPI reduction `f` for a dtype and op: half types travel as f32 and come back
-    /// rounded, and `avg` divides the sum where `f` left a result (`divide_here`).
+    /// Runs an MPI reduction `f` for a dtype and op: half types and 8-bit integers travel wide
+    /// (see [`widen`]), and `avg` divides the sum where `f` left a result (`divide_here`).
     fn reduced(
         &self,
         dtype: DType,
@@ -108,9 +138,9 @@ impl Cpu<'_> {
         f: impl FnOnce(&[u8], &mut [u8], Elem, Op) -> Result<()>,
     ) -> Result<()> {
         let (elem, mpi) = mpi_op(dtype, op);
-        match local::widen(dtype, send) {
+        match widen(dtype, send) {
             Cow::Owned(wide) => {
-                let mut out = vec![0u8; recv.len() * 2];
+                let mut out = vec![0u8; recv.len() / dtype.size() as usize * 4];
                 f(&wide, &mut out, elem, mpi)?;
                 narrow(dtype, &out, recv);
             }

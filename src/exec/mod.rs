@@ -2,7 +2,6 @@
 //! time is the slowest rank's; each kind of step in `steps.rs`), check results, and hand what ran
 //! to the writer.
 
-pub mod expect;
 mod progress;
 mod steps;
 mod write;
@@ -19,7 +18,6 @@ use crate::spec::Loaded;
 use crate::spec::model::{CommBackend, Device};
 use crate::spec::step::{MatmulPipeline, Step};
 use anyhow::{Result, bail};
-use expect::Origin;
 use progress::Progress;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -252,7 +250,6 @@ fn execute<B: Backend>(
     let spec = &loaded.spec;
     let (ranks, rank) = (b.ranks() as u64, b.rank() as u64);
     let mut tensors: HashMap<String, (TensorState, B::Buf)> = HashMap::new();
-    let mut origins: HashMap<String, Origin> = HashMap::new();
     for (name, t) in &spec.tensors {
         let Some(init) = &t.init else { continue };
         let state = plan.tensors[name].state.clone();
@@ -268,7 +265,6 @@ fn execute<B: Backend>(
             crate::init::Piece::Read(bytes) => b.upload(bytes),
         })?;
         tensors.insert(name.clone(), (state, buf));
-        origins.insert(name.clone(), Origin::Init(name.clone()));
     }
     // Symmetric tensors live on one symmetric buffer of the plan's heap, each at its planned
     // offset (where puts can reach them; elsewhere they are ordinary buffers); initialized ones
@@ -288,11 +284,6 @@ fn execute<B: Backend>(
             tensors.insert(name.clone(), (state, settle(b, place, buf)?));
         }
     }
-    let source = expect::Source {
-        spec,
-        dir: &loaded.dir,
-        ranks,
-    };
     let mut records = Vec::new();
     panic_if_asked(rank);
     for (i, (step, planned)) in spec.steps.iter().zip(&plan.steps).enumerate() {
@@ -331,23 +322,18 @@ fn execute<B: Backend>(
             out_state: &out_state,
             progress,
         };
-        let (out, origin) = match step {
-            Step::Matmul(m) => (
-                steps::matmul(&run, m, spec.job.seed, &mut record)?,
-                Origin::Computed,
-            ),
-            Step::Fft(f) => (steps::fft(&run, f, &mut record)?, Origin::Computed),
+        let out = match step {
+            Step::Matmul(m) => steps::matmul(&run, m, spec.job.seed, &mut record)?,
+            Step::Fft(f) => steps::fft(&run, f, &mut record)?,
             _ => {
                 // A movement writes straight into its symmetric result (unless in place).
                 let in_place = planned.inputs[0] == *out_name;
                 let dest = if in_place { None } else { place.take() };
-                let from = &origins[&planned.inputs[0]];
-                steps::movement(&run, dest, from, &source, &mut record)?
+                steps::movement(&run, dest, &mut record)?
             }
         };
         progress.end_step(&record);
         records.push(record);
-        origins.insert(out_name.clone(), origin);
         tensors.insert(out_name.clone(), (out_state, settle(b, place, out)?));
     }
     Ok(Outcome {

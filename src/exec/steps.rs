@@ -1,17 +1,16 @@
 //! One step of each kind, run: prepared (its way picked by trial runs where it has two), timed,
 //! its work counted (flops or bytes) and, with `check`, checked against what it should give.
 
-use super::expect::{self, Origin, Source};
 use super::progress::Progress;
 use super::{StepRecord, pick_pipeline, pick_via, timed};
 use crate::backend::Backend;
 use crate::dist::TensorState;
-use crate::ops::Comparison;
 use crate::ops::fft::{self, PreparedFft};
 use crate::ops::matmul::{PreparedMatmul, freivalds};
+use crate::ops::movement_check;
 use crate::ops::step::Prepared;
 use crate::plan::StepPlan;
-use crate::spec::step::{Fft, FftKind, Matmul, MatmulPipeline, SendRecvPattern, Step};
+use crate::spec::step::{Fft, FftKind, Matmul, MatmulPipeline, Step};
 use anyhow::Result;
 
 /// What every kind of step runs with.
@@ -119,17 +118,15 @@ pub(super) fn fft<B: Backend>(
 }
 
 /// A collective or redistribution into `dest` (its symmetric place) where given: by NCCL or
-/// puts (trials), its bytes for the bandwidth, and the exact check against the values `from`
-/// predicts. Returns the result and where its values come from.
+/// puts (trials), its bytes for the bandwidth, and its check against its actual input (an exact
+/// fingerprint for a move, the reduction recomputed for a reducing step).
 pub(super) fn movement<B: Backend>(
     run: &Run<'_, B>,
     dest: Option<B::Buf>,
-    from: &Origin,
-    source: &Source<'_>,
     record: &mut StepRecord,
-) -> Result<(B::Buf, Origin)> {
+) -> Result<B::Buf> {
     let (b, step, out_state, input) = (run.b, run.step, run.out_state, run.inputs[0]);
-    let (ranks, rank) = (b.ranks() as u64, b.rank() as u64);
+    let ranks = b.ranks() as u64;
     let in_state = &run.planned.input_states[0];
     let mut prepared = Prepared::new(b, step, in_state, out_state, dest)?;
     if prepared.can_put() {
@@ -139,29 +136,16 @@ pub(super) fn movement<B: Backend>(
     record.times = timed(b, step, run.progress, || prepared.run(b, input))?;
     let sent = b.max_over_ranks(prepared.sent_bytes as f64)?;
     record.bandwidth = Some(bandwidth(step, in_state, out_state, ranks, sent));
-    let origin = next_origin(step, from, in_state, ranks);
     let mut out = prepared.into_output();
     corrupt(b, run.index, out_state.dtype, &mut out)?;
     if step.common().check {
-        record.check = match source.piece(&origin, out_state, rank)? {
-            Some(want) => {
-                let got = b.download(&out)?;
-                let local = expect::compare(out_state.dtype, &got, &want, reduction(step), ranks);
-                Some(Comparison {
-                    passed: b.max_over_ranks(if local.passed { 0.0 } else { 1.0 })? == 0.0,
-                    max_error: b.max_over_ranks(local.max_error)?,
-                })
-            }
-            None => {
-                run.progress.line(&format!(
-                    "distrun: {}: check skipped: its input was computed by an earlier step, which checked it",
-                    run.planned.name
-                ));
-                None
-            }
-        };
+        let (input, result) = ((in_state, input), (out_state, &out));
+        record.check = Some(match reduction(step) {
+            Some(op) => movement_check::reduced(b, op, input, result)?,
+            None => movement_check::moved(b, step, input, result)?,
+        });
     }
-    Ok((out, origin))
+    Ok(out)
 }
 
 /// Testing hook: `DISTRUN_CORRUPT_STEP=i` flips a high bit of the first element of step i's
@@ -198,41 +182,6 @@ fn reduction(step: &Step) -> Option<crate::spec::step::ReduceOp> {
         Step::Reduce(s) => Some(s.reduce),
         Step::ReduceScatter(s) => Some(s.reduce),
         _ => None,
-    }
-}
-
-/// Where a step's result's values come from, given its input's.
-fn next_origin(step: &Step, input: &Origin, in_state: &TensorState, ranks: u64) -> Origin {
-    let partial = || match input {
-        Origin::Init(name) => name.clone(),
-        other => unreachable!("a partial tensor comes from its init, not {other:?}"),
-    };
-    match step {
-        // Moved computed values stay unpredicted on every rank (all must skip the check alike).
-        _ if matches!(input, Origin::Computed) => Origin::Computed,
-        Step::AllReduce(s) => Origin::Reduced(partial(), s.reduce),
-        Step::Reduce(s) => Origin::Reduced(partial(), s.reduce),
-        Step::ReduceScatter(s) => Origin::Reduced(partial(), s.reduce),
-        Step::SendRecv(s) => {
-            let p = ranks as usize;
-            let mut rows = vec![None; p];
-            match &s.pairs {
-                Some(pairs) => pairs
-                    .iter()
-                    .for_each(|[src, dst]| rows[*dst as usize] = Some(u64::from(*src))),
-                None => match s.pattern {
-                    SendRecvPattern::Ring => {
-                        (0..p).for_each(|r| rows[(r + 1) % p] = Some(r as u64))
-                    }
-                },
-            }
-            Origin::Rows {
-                from: Box::new(input.clone()),
-                state: in_state.clone(),
-                rows,
-            }
-        }
-        _ => input.clone(),
     }
 }
 

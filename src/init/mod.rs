@@ -140,6 +140,7 @@ pub fn local_piece(
 
 /// The bytes of the piece of rank `rank` (of `ranks`) of tensor `name`, as created by `init`,
 /// computed on the host (see [`local_piece`]). Empty when the rank holds nothing.
+#[cfg(test)]
 pub fn fill_local(
     init: &Init,
     seed: u64,
@@ -150,17 +151,4 @@ pub fn fill_local(
     rank: u64,
 ) -> anyhow::Result<Vec<u8>> {
     Ok(local_piece(init, seed, name, spec_dir, state, ranks, rank)?.into_bytes(state.dtype))
-}
-
-/// The bytes that row `row` of a partial tensor holds at the elements of `map` (a rank's piece
-/// of its state `state`, shape `S`, in any distribution but partial), from its `npy` file
-/// (`[rows, *S]`): what the reductions' checks fold, without reading every rank's whole row.
-pub fn npy_row_piece(
-    path: &Path,
-    state: &TensorState,
-    map: &IndexMap,
-    row: u64,
-    rows: u64,
-) -> anyhow::Result<Vec<u8>> {
-    npy::read_local(path, state, &map.clone().in_row(row, rows))
 }

@@ -154,6 +154,20 @@ struct Piece {
     strides: Vec<usize>,
 }
 
+impl Piece {
+    /// Number of elements.
+    fn len(&self) -> usize {
+        self.axes
+            .iter()
+            .map(|list| {
+                list.iter()
+                    .map(|(lo, hi, _)| (hi - lo) as usize)
+                    .sum::<usize>()
+            })
+            .product()
+    }
+}
+
 fn piece(side: &dyn Holdings, ranks: u64, rank: u64) -> Option<Piece> {
     let intervals = side.intervals(rank, ranks)?;
     let axes: Vec<Vec<(u64, u64, u64)>> = intervals
@@ -417,10 +431,10 @@ pub fn plan(from: Side<'_>, to: &dyn Holdings, ranks: u64, me: u64) -> Exchange 
     ex
 }
 
-/// Runs that lay out a whole array held by this rank (in `whole_layout`) as P consecutive blocks
-/// of `block` elements, block q holding rank q's piece of `to` in `to`'s layout: the send buffer
-/// of a reduce-scatter. Needs every rank's piece to have `block` elements.
-pub fn blocks(whole_layout: Layout, to: Side<'_>, ranks: u64, block: usize) -> Vec<Run> {
+/// Runs that lay out a whole array held by this rank (in `whole_layout`) as P consecutive blocks,
+/// block q holding rank q's piece of `to` in `to`'s layout (blocks may differ in size, as uneven
+/// slabs do): the send buffer of a reduce-scatter.
+pub fn blocks(whole_layout: Layout, to: Side<'_>, ranks: u64) -> Vec<Run> {
     let whole = Side {
         dist: &Distribution::Replicated,
         shape: to.shape,
@@ -429,6 +443,7 @@ pub fn blocks(whole_layout: Layout, to: Side<'_>, ranks: u64, block: usize) -> V
     let src = piece(&whole, ranks, 0).expect("a replicated tensor is held everywhere");
     let traverse = order(to.shape.len(), to.layout);
     let mut out = Vec::new();
+    let mut at = 0;
     for q in 0..ranks {
         let Some(dst) = piece(&to, ranks, q) else {
             continue;
@@ -444,8 +459,9 @@ pub fn blocks(whole_layout: Layout, to: Side<'_>, ranks: u64, block: usize) -> V
             &mut out,
         );
         for r in &mut out[from..] {
-            r.dst += q as usize * block;
+            r.dst += at;
         }
+        at += dst.len();
     }
     out
 }

@@ -3,6 +3,7 @@
 pub mod exchange;
 pub mod fft;
 pub mod matmul;
+pub mod movement_check;
 pub mod step;
 
 /// The outcome of a step's check: of comparing a result with its expected values (data

@@ -268,8 +268,13 @@ enum Kernel {
     Move(Box<Movement>),
     AllReduce(ReduceOp),
     Reduce(ReduceOp, usize),
-    /// The send buffer packing, then the reduction.
-    ReduceScatter(Vec<exchange::Run>, ReduceOp),
+    /// The send buffer packing (rank q's block after those of the ranks before it), then the
+    /// reduction of blocks of `counts[q]` elements.
+    ReduceScatter {
+        runs: Vec<exchange::Run>,
+        counts: Vec<usize>,
+        op: ReduceOp,
+    },
     Broadcast(usize),
     /// Element counts to send to and receive from each rank; `keep` copies the rank's own row.
     SendRecv {
@@ -344,15 +349,25 @@ impl<B: Backend> Prepared<B> {
                 (Kernel::Broadcast(root as usize), relayout())
             }
             Step::ReduceScatter(s) => {
-                let block = out_bytes / elem;
                 let to = Side {
                     dist: &output.dist,
                     shape: &output.shape,
                     layout: output.layout,
                 };
-                let runs = exchange::blocks(input.layout, to, ranks, block);
-                scratch.push(b.zeros(block * ranks as usize * elem)?);
-                (Kernel::ReduceScatter(runs, s.reduce), None)
+                let runs = exchange::blocks(input.layout, to, ranks);
+                // Each rank's block: its slab, which may differ by a row from its neighbours'.
+                let counts: Vec<usize> = (0..ranks)
+                    .map(|r| local_bytes(output, ranks, r) / elem)
+                    .collect();
+                scratch.push(b.zeros(counts.iter().sum::<usize>() * elem)?);
+                (
+                    Kernel::ReduceScatter {
+                        runs,
+                        counts,
+                        op: s.reduce,
+                    },
+                    None,
+                )
             }
             Step::SendRecv(s) => {
                 let row = out_bytes / elem;
@@ -443,19 +458,18 @@ impl<B: Backend> Prepared<B> {
             }
             Kernel::AllReduce(op) => b.all_reduce(input, &mut self.out, dtype, *op)?,
             Kernel::Reduce(op, root) => b.reduce(input, &mut self.out, dtype, *op, *root)?,
-            Kernel::ReduceScatter(runs, op) => {
-                let counts = vec![b.len(&self.out) / elem; b.ranks()];
+            Kernel::ReduceScatter { runs, counts, op } => {
                 // Splitting along the slowest axis of the layout needs no packing.
                 let identity = runs.iter().all(|r| {
                     r.src == r.dst && (r.count <= 1 || (r.src_stride == 1 && r.dst_stride == 1))
                 }) && runs.iter().map(|r| r.count).sum::<usize>() * elem
                     == b.len(input);
                 if identity {
-                    b.reduce_scatter(input, &mut self.out, &counts, dtype, *op)?;
+                    b.reduce_scatter(input, &mut self.out, counts, dtype, *op)?;
                 } else {
                     let send = &mut self.scratch[0];
                     b.copy_runs(input, send, runs, elem)?;
-                    b.reduce_scatter(send, &mut self.out, &counts, dtype, *op)?;
+                    b.reduce_scatter(send, &mut self.out, counts, dtype, *op)?;
                 }
             }
             Kernel::Broadcast(root) => b.broadcast(Some(input), &mut self.out, *root)?,

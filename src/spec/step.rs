@@ -398,7 +398,7 @@ pub struct ReduceScatter {
     /// How to combine (default sum).
     #[serde(default)]
     pub reduce: ReduceOp,
-    /// The axis the result is split along (default 0); its size must divide by the rank count.
+    /// The axis the result is split along (default 0), as a slab: rank r gets `S//P + (r < S%P)`.
     #[serde(default = "axis0")]
     pub axis: Axis,
     #[serde(flatten)]
@@ -450,7 +450,7 @@ pub struct Scatter {
     /// The sending rank (default: the input's root).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub root: Option<u32>,
-    /// The axis the result is split along (default 0); its size must divide by the rank count.
+    /// The axis the result is split along (default 0), as a slab: rank r gets `S//P + (r < S%P)`.
     #[serde(default = "axis0")]
     pub axis: Axis,
     #[serde(flatten)]

@@ -219,6 +219,7 @@ pub fn read_npy_complex(path: &Path) -> (Vec<u64>, Vec<(f64, f64)>) {
             (i64::from_le_bytes(b.try_into().unwrap()) as f64, 0.0)
         }),
         "|u1" => (1, |b| (f64::from(b[0]), 0.0)),
+        "|i1" => (1, |b| (f64::from(b[0] as i8), 0.0)),
         "<c8" => (8, |b| (f32_at(b), f32_at(&b[4..]))),
         "<c16" => (16, |b| (f64_at(b), f64_at(&b[8..]))),
         other => panic!("read_npy: {other}"),

@@ -208,22 +208,29 @@ fn replicated_to_slab_moves_nothing() {
 
 #[test]
 fn blocks_lay_out_each_ranks_piece_in_its_layout() {
-    let shape = [4u64, 6];
-    let to_d = Distribution::Slab(Axis::Index(1));
-    let to = Side {
-        dist: &to_d,
-        shape: &shape,
-        layout: Layout::F,
-    };
-    let whole = Side {
-        dist: &Distribution::Replicated,
-        shape: &shape,
-        layout: Layout::C,
-    };
-    let src = &pieces(&whole, 3)[0];
-    let runs = blocks(Layout::C, to, 3, 8);
-    let mut send = vec![u64::MAX; 24];
-    apply(&runs, src, &mut send);
-    let want: Vec<u64> = pieces(&to, 3).concat();
-    assert_eq!(send, want);
+    // Even and uneven slabs (7 columns on 3 ranks: 3, 2, 2), either axis, either layout.
+    for (shape, axis, layout) in [
+        ([4u64, 6], 1, Layout::F),
+        ([4, 7], 1, Layout::F),
+        ([7, 5], 0, Layout::C),
+        ([2, 5], 0, Layout::F),
+    ] {
+        let to_d = Distribution::Slab(Axis::Index(axis));
+        let to = Side {
+            dist: &to_d,
+            shape: &shape,
+            layout,
+        };
+        let whole = Side {
+            dist: &Distribution::Replicated,
+            shape: &shape,
+            layout: Layout::C,
+        };
+        let src = &pieces(&whole, 3)[0];
+        let runs = blocks(Layout::C, to, 3);
+        let mut send = vec![u64::MAX; src.len()];
+        apply(&runs, src, &mut send);
+        let want: Vec<u64> = pieces(&to, 3).concat();
+        assert_eq!(send, want, "{shape:?} slab {axis} {layout:?}");
+    }
 }

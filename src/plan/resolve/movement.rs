@@ -65,29 +65,17 @@ impl Resolver<'_> {
         }
     }
 
-    fn check_divisible(&mut self, step: usize, axis: Axis, state: &TensorState) -> bool {
-        let here = KeyPath::root().key("steps").index(step).key("axis");
+    /// Whether `axis` exists in the input's shape (a slab splits any length, unevenly where it
+    /// must: rank r gets `S//P + (r < S%P)` rows).
+    fn check_axis(&mut self, step: usize, axis: Axis, state: &TensorState) -> bool {
         let a = axis.index();
         if a >= state.shape.len() {
             self.err(
                 Diagnostic::value(
-                    here,
+                    KeyPath::root().key("steps").index(step).key("axis"),
                     format!("axis {a} does not exist in shape {:?}", state.shape),
                 )
                 .help(format!("use an axis from 0 to {}", state.shape.len() - 1)),
-            );
-            return false;
-        }
-        if let Some(p) = self.ranks.filter(|p| !state.shape[a].is_multiple_of(*p)) {
-            self.err(
-                Diagnostic::value(
-                    here,
-                    format!(
-                        "axis {a} has {} elements, which {p} ranks cannot share equally",
-                        state.shape[a]
-                    ),
-                )
-                .help(format!("make shape[{a}] a multiple of {p}")),
             );
             return false;
         }
@@ -179,8 +167,8 @@ impl Resolver<'_> {
                 .then_some(Distribution::Replicated),
             Step::ReduceScatter(s) => {
                 self.check_reduce(i, s.reduce, x.dtype);
-                let even = self.check_divisible(i, s.axis, x);
-                (self.expect_dist(i, "input", &s.input, &x.dist, "partial", partial) && even)
+                let axis = self.check_axis(i, s.axis, x);
+                (self.expect_dist(i, "input", &s.input, &x.dist, "partial", partial) && axis)
                     .then(|| Distribution::slab(s.axis.index()))
             }
             Step::AllToAll(s) => {
@@ -212,7 +200,7 @@ impl Resolver<'_> {
             }
             Step::Scatter(s) => {
                 self.root_of(i, s.root, &s.input, x)?;
-                self.check_divisible(i, s.axis, x)
+                self.check_axis(i, s.axis, x)
                     .then(|| Distribution::slab(s.axis.index()))
             }
             Step::SendRecv(s) => {
