@@ -381,3 +381,70 @@ fn a_corrupted_transform_fails_its_check() {
     assert_eq!(ran.code, 3, "{}", ran.stderr);
     assert_eq!(manifest(&out)["steps"][0]["check"]["passed"], false);
 }
+
+#[test]
+fn c128_256_cubed_transforms_are_exact_and_pass_their_checks_at_1_to_4_ranks() {
+    // 2^24 points in double precision, where eps is smallest: three plane waves, whose
+    // transform is three spikes of N c_j (computed here, not by any FFT), and uniform noise,
+    // whose check sums 2^24 energies (the sums must not be what fails it).
+    const N: usize = 256;
+    let waves: [([usize; 3], C); 3] = [
+        ([3, 0, 250], (0.5, -0.25)),
+        ([128, 17, 1], (-1.0, 0.75)),
+        ([0, 255, 64], (0.125, 0.0)),
+    ];
+    let phase = |k: usize, n: usize| {
+        let t = 2.0 * std::f64::consts::PI * ((k * n) % N) as f64 / N as f64;
+        (t.cos(), t.sin())
+    };
+    let mul = |a: C, b: C| (a.0 * b.0 - a.1 * b.1, a.0 * b.1 + a.1 * b.0);
+    let mut x = vec![(0.0, 0.0); N * N * N];
+    for (k, c) in waves {
+        for i in 0..N {
+            let a = mul(c, phase(k[0], i));
+            for j in 0..N {
+                let b = mul(a, phase(k[1], j));
+                for l in 0..N {
+                    let v = mul(b, phase(k[2], l));
+                    let e = &mut x[(i * N + j) * N + l];
+                    e.0 += v.0;
+                    e.1 += v.1;
+                }
+            }
+        }
+    }
+    let dir = temp_dir("c128-256");
+    write_values(&dir, "waves", DType::C128, &[256, 256, 256], &x);
+    drop(x);
+    let spec = dir.join("c128.toml");
+    std::fs::write(
+        &spec,
+        "[job]\nname = \"c128\"\n\
+         [tensors.w]\nshape = [256, 256, 256]\ndtype = \"c128\"\ndistribution = { slab = 0 }\ninit = { npy = \"waves.npy\" }\n\
+         [tensors.u]\nshape = [256, 256, 256]\ndtype = \"c128\"\ndistribution = { slab = 1 }\ninit = { uniform = { low = -1.0, high = 1.0 } }\n\
+         [[steps]]\nop = \"fft\"\ninput = \"w\"\nout = \"spectrum\"\ncheck = true\n\
+         [[steps]]\nop = \"fft\"\ninput = \"u\"\ndirection = \"inverse\"\nnorm = \"ortho\"\ncheck = true\n\
+         [output]\ntensors = [\"spectrum\"]\ngather = true\n",
+    )
+    .unwrap();
+    let volume = (N * N * N) as f64;
+    for p in 1..=4usize {
+        let out = dir.join(format!("run{p}"));
+        let m = run_ok(p, &spec, &out, &[]);
+        for s in m["steps"].as_array().unwrap() {
+            assert_eq!(s["check"]["passed"], true, "{p} ranks: {s}");
+        }
+        let (_, got) = read_npy_complex(&out.join("spectrum.npy"));
+        let mut want = vec![(0.0, 0.0); got.len()];
+        for (k, c) in waves {
+            want[(k[0] * N + k[1]) * N + k[2]] = (c.0 * volume, c.1 * volume);
+        }
+        let worst = got
+            .iter()
+            .zip(&want)
+            .map(|(g, w)| (g.0 - w.0).hypot(g.1 - w.1))
+            .fold(0.0, f64::max);
+        assert!(worst <= 1e-12 * volume, "{p} ranks: off by {worst}");
+        std::fs::remove_dir_all(&out).unwrap();
+    }
+}

@@ -5,6 +5,7 @@ pub mod fft;
 pub mod matmul;
 pub mod movement_check;
 pub mod step;
+pub mod sum;
 
 /// The outcome of a step's check: of comparing a result with its expected values (data
 /// movement), or of an op's own test (Freivalds' for matmul, round trip and Parseval for fft).

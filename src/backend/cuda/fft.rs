@@ -307,6 +307,11 @@ impl Cuda<'_> {
         (output, at_out): (&mut DevBuf, usize),
     ) -> Result<()> {
         let (n_in, n_out) = phase.bytes(precision.size() as usize);
+        if n_in == 0 || n_out == 0 || phase.rows.is_some_and(|(lo, hi)| lo == hi) {
+            // A rank whose slab is empty (fewer rows than ranks) has nothing to transform, and
+            // cuFFT takes no plan of zero elements.
+            return Ok(());
+        }
         anyhow::ensure!(
             at_in + n_in <= input.len && at_out + n_out <= output.len,
             "an FFT phase outside its buffers"

@@ -2,10 +2,11 @@
 //! energy obeys Parseval's identity, each within a tolerance from the precision and size.
 
 use super::{PreparedFft, scale};
-use crate::backend::{Backend, sum_over_ranks};
+use crate::backend::Backend;
 use crate::dist::TensorState;
 use crate::init;
 use crate::ops::Comparison;
+use crate::ops::sum::{self, Sum};
 use crate::spec::step::{Fft, FftDirection, FftKind, FftNorm};
 use anyhow::Result;
 
@@ -45,8 +46,8 @@ fn mirrored(k: u64, n: u64) -> bool {
 }
 
 /// Σ|x|² of a piece, counting a half spectrum's mirrored bins twice (`half`: the real length of
-/// the last axis whose half spectrum this is).
-fn energy(state: &TensorState, v: &[(f64, f64)], ranks: u64, rank: u64, half: Option<u64>) -> f64 {
+/// the last axis whose half spectrum this is), compensated.
+fn energy(state: &TensorState, v: &[(f64, f64)], ranks: u64, rank: u64, half: Option<u64>) -> Sum {
     let power = |(re, im): &(f64, f64)| re * re + im * im;
     match half {
         None => v.iter().map(power).sum(),
@@ -133,7 +134,7 @@ pub fn check<B: Backend>(
     let counted = |s: &TensorState| crate::dist::counted_on(&s.dist, rank);
     let e_in = match counted(in_state) {
         true => energy(in_state, &x, ranks, rank, None),
-        false => 0.0,
+        false => Sum::default(),
     };
     let e_out = match counted(out_state) {
         true => energy(
@@ -143,9 +144,9 @@ pub fn check<B: Backend>(
             rank,
             half_out,
         ),
-        false => 0.0,
+        false => Sum::default(),
     };
-    let sums = sum_over_ranks(b, &[e_in, e_out])?;
+    let sums = sum::over_ranks(b, &[e_in, e_out])?;
     let s = scale(step.norm, step.direction, n);
     let expected = s * s * n * sums[0];
     let parseval = if step.kind == FftKind::C2r {

@@ -131,24 +131,6 @@ impl Resolver<'_> {
                 return None;
             }
         };
-        if let Some(p) = self.ranks
-            && matches!(x.dist, Distribution::Slab(_))
-            && (x.shape[0] < p || x.shape[1] < p)
-        {
-            self.err(
-                Diagnostic::value(
-                    here.key("input"),
-                    format!(
-                        "a slab fft of shape {:?} on {p} ranks leaves a rank without rows",
-                        x.shape
-                    ),
-                )
-                .help(format!(
-                    "the first two axes need at least {p} elements each"
-                )),
-            );
-            return None;
-        }
         Some(TensorState {
             shape,
             dtype: out_dtype,
