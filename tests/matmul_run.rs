@@ -104,6 +104,48 @@ fn cases() -> Vec<Case> {
     c.beta_c = Some((-2.0, "{ slab = 1 }"));
     c.out_dist = Some("{ block_cyclic = { blocks = [3, 8] } }");
     all.push(c);
+    // Into a partial result (Megatron's row-parallel layer before its all_reduce): operands
+    // already split along k, operands that must move there, c and a bias (added on rank 0).
+    for (dtype, a, b, t, e, c_dist) in [
+        (
+            DType::F64,
+            "{ slab = 1 }",
+            "{ slab = 0 }",
+            (false, false),
+            None,
+            None,
+        ),
+        (
+            DType::F32,
+            "\"replicated\"",
+            "\"replicated\"",
+            (false, false),
+            Some("bias"),
+            Some("{ slab = 0 }"),
+        ),
+        (
+            DType::C64,
+            "{ block_cyclic = { blocks = [5, 7] } }",
+            "{ block = {} }",
+            (true, true),
+            None,
+            Some("\"replicated\""),
+        ),
+        (
+            DType::Bf16,
+            "{ slab = 0 }",
+            "{ slab = 1 }",
+            (false, true),
+            Some("bias"),
+            None,
+        ),
+    ] {
+        let mut c = case(dtype, a, b);
+        (c.transpose, c.epilog, c.out_dist) = (t, e, Some("\"partial\""));
+        c.conjugate = (t.0 && dtype.is_complex(), false);
+        c.beta_c = c_dist.map(|d| (0.75, d));
+        all.push(c);
+    }
     // Every epilog.
     for e in ["relu", "gelu", "bias", "relu_bias", "gelu_bias"] {
         let mut c = case(DType::F32, "{ slab = 1 }", "{ slab = 0 }");
@@ -416,7 +458,21 @@ fn run_and_compare(cases: &[Case], ranks: std::ops::RangeInclusive<usize>, name:
             check_pipeline(c, p, &step["pipeline"], &format!("{p} ranks, case {i}"));
             assert!(step["tflops"].as_f64().unwrap() > 0.0);
             let (shape, got) = read_npy_complex(&out.join(format!("d{i}.npy")));
-            assert_eq!(shape, [M as u64, N as u64]);
+            // A partial result is written as the stack of the ranks' pieces: they add up to it.
+            let got = if c.out_dist == Some("\"partial\"") {
+                assert_eq!(shape, [p as u64, M as u64, N as u64]);
+                assert_eq!(step["algorithm"], "k_split", "case {i}");
+                (0..M * N)
+                    .map(|e| {
+                        (0..p).fold((0.0, 0.0), |s, r| {
+                            (s.0 + got[r * M * N + e].0, s.1 + got[r * M * N + e].1)
+                        })
+                    })
+                    .collect()
+            } else {
+                assert_eq!(shape, [M as u64, N as u64]);
+                got
+            };
             let want = reference(i, c);
             let tol = match c.dtype {
                 DType::F64 | DType::C128 => 1e-12,
@@ -533,5 +589,83 @@ fn operands_some_ranks_hold_none_of() {
                 );
             }
         }
+    }
+}
+
+/// Megatron's MLP block as two matmuls and an all_reduce: `h = gelu(x @ w1)` column-parallel
+/// (w1 and h split by columns), `y = h @ w2` row-parallel into a partial result (w2 split by
+/// rows: each rank's product over its slice of k), then the all_reduce that sums the slices.
+#[test]
+fn megatron_row_parallel_layer_at_1_to_4_ranks() {
+    let (t, d, f) = (5usize, 6usize, 8usize);
+    let dir = temp_dir("megatron");
+    let xs = values(101, t * d, false);
+    let w1 = values(102, d * f, false);
+    let w2 = values(103, f * d, false);
+    write_values(&dir, "x", DType::F64, &[t as u64, d as u64], &xs);
+    write_values(&dir, "w1", DType::F64, &[d as u64, f as u64], &w1);
+    write_values(&dir, "w2", DType::F64, &[f as u64, d as u64], &w2);
+    let spec = dir.join("mlp.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            "[job]\nname = \"mlp\"\n\
+             [tensors.x]\nshape = [{t}, {d}]\ndtype = \"f64\"\ninit = {{ npy = \"x.npy\" }}\n\
+             [tensors.w1]\nshape = [{d}, {f}]\ndtype = \"f64\"\ndistribution = {{ slab = 1 }}\ninit = {{ npy = \"w1.npy\" }}\n\
+             [tensors.h]\nshape = [{t}, {f}]\ndtype = \"f64\"\ndistribution = {{ slab = 1 }}\n\
+             [tensors.w2]\nshape = [{f}, {d}]\ndtype = \"f64\"\ndistribution = {{ slab = 0 }}\ninit = {{ npy = \"w2.npy\" }}\n\
+             [tensors.y]\nshape = [{t}, {d}]\ndtype = \"f64\"\ndistribution = \"partial\"\n\
+             [[steps]]\nop = \"matmul\"\na = \"x\"\nb = \"w1\"\nout = \"h\"\nepilog = \"gelu\"\ncheck = true\n\
+             [[steps]]\nop = \"matmul\"\na = \"h\"\nb = \"w2\"\nout = \"y\"\ncheck = true\n\
+             [[steps]]\nop = \"all_reduce\"\ninput = \"y\"\ncheck = true\n\
+             [output]\ntensors = [\"y\"]\ngather = true\n"
+        ),
+    )
+    .unwrap();
+    let gelu =
+        |x: f64| 0.5 * x * (1.0 + (0.797_884_560_802_865_4 * (x + 0.044715 * x * x * x)).tanh());
+    let h: Vec<f64> = (0..t * f)
+        .map(|e| {
+            gelu(
+                (0..d)
+                    .map(|k| xs[e / f * d + k].0 * w1[k * f + e % f].0)
+                    .sum(),
+            )
+        })
+        .collect();
+    let want: Vec<f64> = (0..t * d)
+        .map(|e| (0..f).map(|k| h[e / d * f + k] * w2[k * d + e % d].0).sum())
+        .collect();
+    for p in 1..=4usize {
+        let out = dir.join(format!("run{p}"));
+        let m = run_ok(p, &spec, &out, &[]);
+        assert_eq!(m["steps"][1]["algorithm"], "k_split");
+        for s in m["steps"].as_array().unwrap() {
+            assert_eq!(s["check"]["passed"], true, "{p} ranks: {s}");
+        }
+        let (shape, y) = read_npy(&out.join("y.npy"));
+        assert_eq!(shape, [t as u64, d as u64]);
+        for (e, (g, w)) in y.iter().zip(&want).enumerate() {
+            assert!(
+                (g - w).abs() <= 1e-12 * w.abs().max(1.0),
+                "{p} ranks, y[{e}] = {g}, want {w}"
+            );
+        }
+        // A corrupted all_reduce after the matmuls fails its check.
+        let bad = dir.join(format!("bad{p}"));
+        let ran = mpirun(
+            p,
+            &[
+                "run",
+                spec.to_str().unwrap(),
+                "--out",
+                bad.to_str().unwrap(),
+                "-q",
+            ],
+            &[("DISTRUN_CORRUPT_STEP", "2")],
+            Duration::from_secs(120),
+        );
+        assert_eq!(ran.code, 3, "{p} ranks: {}", ran.stderr);
+        assert_eq!(manifest(&bad)["steps"][2]["check"]["passed"], false);
     }
 }

@@ -118,9 +118,10 @@ pub struct TensorState {
 }
 
 /// Whether `rank`'s piece counts in a sum over every rank's piece of a tensor in `dist`: a
-/// replicated tensor's (and a partial one's, each rank holding a whole array) on rank 0 only.
+/// replicated tensor's on rank 0 only (the others hold copies); a partial tensor's on every rank
+/// (its value is the sum of the ranks' pieces).
 pub fn counted_on(dist: &Distribution, rank: u64) -> bool {
-    !matches!(dist, Distribution::Replicated | Distribution::Partial) || rank == 0
+    *dist != Distribution::Replicated || rank == 0
 }
 
 /// A distribution bound to a global shape and a rank count: answers who holds what.

@@ -102,6 +102,32 @@ fn candidates(case: &MatmulCase<'_>) -> Vec<Candidate> {
         })
     };
     use MatmulAlgorithm::*;
+    if case.out == Some(&Distribution::Partial) {
+        // Each rank's own product over its slice of k, unreduced: the operands move to k-slabs
+        // where they are not there already (and c and the bias to rank 0, which adds them).
+        let mut moves = Vec::new();
+        let mut cost = 0.0;
+        if sa != Split::Cols {
+            moves.push("redistribute a to slices of k");
+            cost += f * size_a;
+        }
+        if sb != Split::Rows {
+            moves.push("redistribute b to slices of k");
+            cost += f * size_b;
+        }
+        moves.push("local GEMM on this rank's slice of k, the partial products left unreduced");
+        if case.c.is_some() {
+            moves.push("rank 0 adds beta * c");
+            cost += f * size_out;
+        }
+        return vec![Candidate {
+            algorithm: KSplit,
+            natural: Distribution::Partial,
+            out: Distribution::Partial,
+            detail: moves.iter().map(|s| s.to_string()).collect(),
+            cost,
+        }];
+    }
     match (sa, sb) {
         (Split::Rows, Split::Whole) => add(Local, Distribution::slab(0), &["local GEMM"], 0.0),
         (Split::Whole, Split::Cols) => add(Local, Distribution::slab(1), &["local GEMM"], 0.0),
@@ -265,7 +291,7 @@ pub fn choose(case: &MatmulCase<'_>, requested: MatmulAlgorithm) -> Result<Matmu
             // Each algorithm once, cheapest form first.
             let possible: IndexSet<&str> = all.iter().map(|c| c.algorithm.name()).collect();
             Err(format!(
-                "algorithm `{}` cannot run with these operand distributions; possible here: auto, {}",
+                "algorithm `{}` cannot run with these distributions of the operands and the result; possible here: auto, {}",
                 requested.name(),
                 possible.into_iter().collect::<Vec<_>>().join(", ")
             ))

@@ -197,6 +197,10 @@ pub enum MatmulAlgorithm {
     Summa,
     /// Redistribute the operands to slabs another algorithm takes, then run it.
     Redistribute,
+    /// Into a `partial` result: each rank multiplies its slice of k (the slab rule over the
+    /// ranks) and keeps its product unreduced; rank 0 adds `beta * c` and the bias, so the
+    /// ranks' pieces add up to the result (a later all_reduce or reduce_scatter reduces them).
+    KSplit,
 }
 
 impl MatmulAlgorithm {
@@ -210,6 +214,7 @@ impl MatmulAlgorithm {
             MatmulAlgorithm::GemmAr => "gemm_ar",
             MatmulAlgorithm::Summa => "summa",
             MatmulAlgorithm::Redistribute => "redistribute",
+            MatmulAlgorithm::KSplit => "k_split",
         }
     }
 }

@@ -126,6 +126,8 @@ pub struct PreparedMatmul<B: Backend> {
     direct: bool,
     /// The GEMM also applies the epilog (cuBLASLt's), bias and activation.
     fused: bool,
+    /// This rank adds `beta * c` and the bias (all do, but for a partial result rank 0 alone).
+    adds_here: bool,
     acc: B::Buf,
     reduced: B::Buf,
     /// Global row of every local row of the product where the algorithm leaves it.
@@ -159,17 +161,20 @@ impl<B: Backend> PreparedMatmul<B> {
         let cols_of = |t: bool| if t { 0 } else { 1 };
         let natural = choice.natural.clone();
         let (target_a, target_b, reduction) = match (choice.algorithm, &natural) {
-            (MatmulAlgorithm::GemmRs | MatmulAlgorithm::GemmAr, _) => {
-                let reduction = if choice.algorithm == MatmulAlgorithm::GemmRs {
-                    let n = out.shape[1];
-                    let p = Placement::new(&natural, &out.shape, ranks);
-                    Reduction::Scatter(
-                        (0..ranks)
-                            .map(|r| p.local_shape(r).map_or(0, |s| (s[0] * n) as usize))
-                            .collect(),
-                    )
-                } else {
-                    Reduction::All
+            (MatmulAlgorithm::GemmRs | MatmulAlgorithm::GemmAr | MatmulAlgorithm::KSplit, _) => {
+                let reduction = match choice.algorithm {
+                    MatmulAlgorithm::GemmRs => {
+                        let n = out.shape[1];
+                        let p = Placement::new(&natural, &out.shape, ranks);
+                        Reduction::Scatter(
+                            (0..ranks)
+                                .map(|r| p.local_shape(r).map_or(0, |s| (s[0] * n) as usize))
+                                .collect(),
+                        )
+                    }
+                    MatmulAlgorithm::GemmAr => Reduction::All,
+                    // A partial result keeps each rank's product as it is.
+                    _ => Reduction::None,
                 };
                 (
                     Target::Dist(Distribution::slab(cols_of(ta))),
@@ -275,7 +280,12 @@ impl<B: Backend> PreparedMatmul<B> {
         // Slices of k add into the product (written straight into a half-type result, they
         // round it once per slice); the epilog comes once, after the last.
         let accumulates = chunks.as_ref().is_some_and(|p| p.accumulates());
+        // A partial result's addends go to rank 0 alone (its pieces add up to the result), so
+        // they never fuse into the GEMM.
+        let partial = natural == Distribution::Partial;
+        let adds_here = !partial || rank == 0;
         let fused = matches!(reduction, Reduction::None)
+            && !partial
             && step.c.is_none()
             && !accumulates
             && fusable(step.epilog, out.layout, &rows, keep_pre)
@@ -297,28 +307,22 @@ impl<B: Backend> PreparedMatmul<B> {
         };
         let c = match (&step.c, inputs.get(2)) {
             (Some(_), Some(sc)) => {
-                let target = TensorState {
-                    layout: Layout::C,
-                    ..sc.clone()
-                };
-                Some(Operand::new(
-                    b,
-                    sc,
-                    Target::Pieces(pieces_of(&natural_state, ranks, target.layout)),
-                    false,
-                    false,
-                )?)
+                let mut pieces = pieces_of(&natural_state, ranks, Layout::C);
+                if partial {
+                    pieces.pieces.iter_mut().skip(1).for_each(|p| *p = None);
+                }
+                Some(Operand::new(b, sc, Target::Pieces(pieces), false, false)?)
             }
             _ => None,
         };
         let bias = match (&step.bias, inputs.last()) {
-            (Some(_), Some(sbias)) => Some(Operand::new(
-                b,
-                sbias,
-                Target::Dist(Distribution::Replicated),
-                false,
-                false,
-            )?),
+            (Some(_), Some(sbias)) => {
+                let to = match partial {
+                    true => Distribution::Root(0),
+                    false => Distribution::Replicated,
+                };
+                Some(Operand::new(b, sbias, Target::Dist(to), false, false)?)
+            }
             _ => None,
         };
         let natural_buf = b.zeros(local_bytes(&natural_state, ranks, rank))?;
@@ -348,6 +352,7 @@ impl<B: Backend> PreparedMatmul<B> {
             chunks,
             direct,
             fused,
+            adds_here,
             acc,
             reduced,
             rows,
@@ -462,17 +467,20 @@ impl<B: Backend> PreparedMatmul<B> {
                 &self.reduced
             }
         };
+        // The addends move on every rank (collectively); a partial result's rank 0 alone adds them.
         let mut extra = 2;
         let c = match (&mut self.c, self.step.c.as_ref()) {
             (Some(op), Some(_)) => {
                 let piece = op.piece(b, inputs[extra])?;
                 extra += 1;
-                Some((self.step.beta, piece))
+                Some((self.step.beta, piece)).filter(|_| self.adds_here)
             }
             _ => None,
         };
         let bias = match &mut self.bias {
-            Some(op) => Some((op.piece(b, inputs[extra])?, self.rows.as_slice())),
+            Some(op) => {
+                Some((op.piece(b, inputs[extra])?, self.rows.as_slice())).filter(|_| self.adds_here)
+            }
             None => None,
         };
         let plain = c.is_none() && bias.is_none() && self.step.epilog.is_none() && compute == dtype;

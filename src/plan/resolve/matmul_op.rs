@@ -198,6 +198,21 @@ impl Resolver<'_> {
             .tensors
             .get(&m.out)
             .and_then(|t| t.distribution.clone());
+        if declared == Some(Distribution::Partial)
+            && crate::ops::matmul::epilog::nonlinear(m.epilog)
+        {
+            ok = false;
+            self.err(
+                Diagnostic::value(
+                    here.key("epilog"),
+                    format!(
+                        "relu and gelu cannot apply to `{}`, a partial result: each rank holds one share of the sum",
+                        m.out
+                    ),
+                )
+                .help("apply the activation after the reduction, or use the bias epilog alone"),
+            );
+        }
         if let Some(d) = &declared {
             let found = dist::check(
                 d,
