@@ -40,6 +40,8 @@ struct Case {
     algorithm: &'static str,
     pipeline: &'static str,
     out_dist: Option<&'static str>,
+    /// The bias runs along the result's columns (one per column, n of them).
+    bias_per_column: bool,
 }
 
 fn case(dtype: DType, a_dist: &'static str, b_dist: &'static str) -> Case {
@@ -56,6 +58,7 @@ fn case(dtype: DType, a_dist: &'static str, b_dist: &'static str) -> Case {
         algorithm: "auto",
         pipeline: "auto",
         out_dist: None,
+        bias_per_column: false,
     }
 }
 
@@ -150,6 +153,23 @@ fn cases() -> Vec<Case> {
     for e in ["relu", "gelu", "bias", "relu_bias", "gelu_bias"] {
         let mut c = case(DType::F32, "{ slab = 1 }", "{ slab = 0 }");
         c.epilog = Some(e);
+        all.push(c);
+    }
+    // A bias per column (an output feature's, as torch.nn.Linear): every epilog that reads one,
+    // results in both layouts (the GPU fuses it into a C-order result), block-cyclic, partial.
+    for (e, dtype, out_dist) in [
+        ("bias", DType::F32, None),
+        ("relu_bias", DType::F16, Some("{ slab = 1 }")),
+        (
+            "gelu_bias",
+            DType::F64,
+            Some("{ block_cyclic = { blocks = [4, 6] } }"),
+        ),
+        ("bias", DType::C128, Some("\"partial\"")),
+        ("gelu_bias", DType::Bf16, Some("{ slab = 0 }")),
+    ] {
+        let mut c = case(dtype, "{ slab = 0 }", "{ slab = 1 }");
+        (c.epilog, c.out_dist, c.bias_per_column) = (Some(e), out_dist, true);
         all.push(c);
     }
     // GELU's tail rounds to f16's subnormals: the check must allow for their spacing.
@@ -285,17 +305,21 @@ fn write_spec(dir: &Path, cases: &[Case]) -> std::path::PathBuf {
         if let Some(e) = c.epilog {
             step += &format!("epilog = \"{e}\"\n");
             if e.contains("bias") {
+                let (len, per) = match c.bias_per_column {
+                    true => (N, "column"),
+                    false => (M, "row"),
+                };
                 write_values(
                     dir,
                     &format!("bias{i}"),
                     c.dtype,
-                    &[M as u64],
-                    &values(3 * i as u64 + 3, M, false),
+                    &[len as u64],
+                    &values(3 * i as u64 + 3, len, false),
                 );
                 s += &format!(
-                    "[tensors.bias{i}]\nshape = [{M}]\ndtype = \"{d}\"\ninit = {{ npy = \"bias{i}.npy\" }}\n"
+                    "[tensors.bias{i}]\nshape = [{len}]\ndtype = \"{d}\"\ninit = {{ npy = \"bias{i}.npy\" }}\n"
                 );
-                step += &format!("bias = \"bias{i}\"\n");
+                step += &format!("bias = \"bias{i}\"\nbias_per = \"{per}\"\n");
             }
         }
         if let Some(dist) = c.out_dist {
@@ -356,7 +380,8 @@ fn reference(i: usize, c: &Case) -> Vec<(f64, f64)> {
             .map(round)
             .collect()
     });
-    let bias: Vec<_> = values(3 * i as u64 + 3, M, false)
+    let bias_len = if c.bias_per_column { N } else { M };
+    let bias: Vec<_> = values(3 * i as u64 + 3, bias_len, false)
         .into_iter()
         .map(round)
         .collect();
@@ -374,12 +399,13 @@ fn reference(i: usize, c: &Case) -> Vec<(f64, f64)> {
             if let (Some((beta, _)), Some(cm)) = (c.beta_c, &cm) {
                 v = (v.0 + beta * cm[r * N + j].0, v.1 + beta * cm[r * N + j].1);
             }
+            let bias = bias[if c.bias_per_column { j } else { r }].0;
             match c.epilog {
                 Some("relu") => v.0 = v.0.max(0.0),
                 Some("gelu") => v.0 = gelu(v.0),
-                Some("bias") => v.0 += bias[r].0,
-                Some("relu_bias") => v.0 = (v.0 + bias[r].0).max(0.0),
-                Some("gelu_bias") => v.0 = gelu(v.0 + bias[r].0),
+                Some("bias") => v.0 += bias,
+                Some("relu_bias") => v.0 = (v.0 + bias).max(0.0),
+                Some("gelu_bias") => v.0 = gelu(v.0 + bias),
                 _ => {}
             }
             out.push(v);

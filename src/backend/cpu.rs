@@ -292,7 +292,11 @@ impl Backend for Cpu<'_> {
         let compute = local::compute_dtype(dtype);
         let add = epilog::Addends {
             c: add.c.map(|(beta, c)| (beta, c.as_slice())),
-            bias: add.bias.map(|(b, rows)| (b.as_slice(), rows)),
+            bias: add.bias.as_ref().map(|b| epilog::Bias {
+                vector: b.vector.as_slice(),
+                index: b.index,
+                per: b.per,
+            }),
         };
         let kept = epilog::finish(compute, acc, cols, dtype, &add, act, out, pre.is_some());
         if let (Some(pre), Some(kept)) = (pre, kept) {

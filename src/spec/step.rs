@@ -109,9 +109,14 @@ pub struct Matmul {
     /// Applied to the result.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub epilog: Option<Epilog>,
-    /// Bias vector of length m for the `*bias` epilogs, added to every column.
+    /// Bias vector for the `*bias` epilogs: one value per row of the result (length m, added to
+    /// every column; cuBLASLt's convention) or, with `bias_per = "column"`, one per column
+    /// (length n, an output feature's bias as in `torch.nn.Linear`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bias: Option<String>,
+    /// Whether `bias` holds one value per row (default) or per column of the result.
+    #[serde(default)]
+    pub bias_per: BiasPer,
     /// Algorithm (default auto: the one that moves the least data per rank).
     #[serde(default)]
     pub algorithm: MatmulAlgorithm,
@@ -149,6 +154,18 @@ impl Epilog {
     pub fn needs_bias(self) -> bool {
         matches!(self, Epilog::Bias | Epilog::ReluBias | Epilog::GeluBias)
     }
+}
+
+/// Which axis of a matmul's result a bias vector runs along.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum BiasPer {
+    /// One value per row (length m), added to every column: cuBLASLt's and nvmath's bias.
+    #[default]
+    Row,
+    /// One value per column (length n), added to every row: a layer's per-feature bias, as in
+    /// `torch.nn.Linear` (`y = x @ w + b`).
+    Column,
 }
 
 /// How an operand that a matmul gathers whole travels.

@@ -9,7 +9,7 @@ use super::{Cuda, DevBuf, launch_config, probe};
 use crate::backend::{Backend, Out};
 use crate::ops::matmul::epilog::Addends;
 use crate::ops::matmul::local::View;
-use crate::spec::step::Epilog;
+use crate::spec::step::{BiasPer, Epilog};
 use crate::spec::tensor::{DType, Layout};
 use anyhow::{Result, anyhow};
 use cudarc::cublas::result as cublas;
@@ -50,14 +50,14 @@ __device__ void store_el(void* p, unsigned long long i, int t, double2 v) {
 
 extern "C" __global__ void finish(const void* acc, int ct, void* out, int ot, void* pre,
                                   const void* c, double beta, const void* bias,
-                                  const unsigned long long* rows, unsigned long long cols,
-                                  int act, unsigned long long n) {
+                                  const unsigned long long* index, int per_column,
+                                  unsigned long long cols, int act, unsigned long long n) {
     for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
          i += (unsigned long long)gridDim.x * blockDim.x) {
         double2 v = load_el(acc, i, ct);
         if (c) { double2 x = load_el(c, i, ot); v.x += beta * x.x; v.y += beta * x.y; }
         if (bias) {
-            double2 x = load_el(bias, rows[i / cols], ot);
+            double2 x = load_el(bias, index[per_column ? i % cols : i / cols], ot);
             v.x += x.x; v.y += x.y;
         }
         if (pre) store_el(pre, i, ct, v);
@@ -332,9 +332,13 @@ impl Cuda<'_> {
         let (ct, ot) = (code(compute)?, code(dtype)?);
         let ptr = |b: &DevBuf| b.data.device_ptr(&self.stream).0;
         let (c, beta) = add.c.map_or((0, 0.0), |(beta, c)| (ptr(c), beta));
-        let (bias, rows_ptr) = match add.bias {
-            Some((b, rows)) => (ptr(b), self.device_table(rows)?),
-            None => (0, 0),
+        let (bias, index_ptr, per_column) = match &add.bias {
+            Some(b) => (
+                ptr(b.vector),
+                self.device_table(b.index)?,
+                i32::from(b.per == BiasPer::Column),
+            ),
+            None => (0, 0, 0),
         };
         let pre_ptr = match pre {
             Some(p) => {
@@ -365,11 +369,13 @@ impl Cuda<'_> {
             .arg(&c)
             .arg(&beta)
             .arg(&bias)
-            .arg(&rows_ptr)
+            .arg(&index_ptr)
+            .arg(&per_column)
             .arg(&cols)
             .arg(&act)
             .arg(&n);
-        // SAFETY: n elements in acc, out, c and pre; rows has one entry per local row.
+        // SAFETY: n elements in acc, out, c and pre; the bias index has one entry per local row
+        // (per column: per local column).
         unsafe { launch.launch(launch_config(n)) }?;
         Ok(())
     }

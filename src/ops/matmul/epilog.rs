@@ -2,7 +2,7 @@
 //! the result's dtype.
 
 use crate::init::{self, Scalar};
-use crate::spec::step::Epilog;
+use crate::spec::step::{BiasPer, Epilog};
 use crate::spec::tensor::DType;
 use rayon::prelude::*;
 
@@ -33,8 +33,30 @@ pub fn nonlinear(epilog: Option<Epilog>) -> bool {
 pub struct Addends<'a, T: ?Sized = [u8]> {
     /// `beta` and `c`'s piece (out dtype, same placement and layout as the product).
     pub c: Option<(f64, &'a T)>,
-    /// The whole bias vector (out dtype) and the global row of each local row.
-    pub bias: Option<(&'a T, &'a [u64])>,
+    /// The bias.
+    pub bias: Option<Bias<'a, T>>,
+}
+
+/// A bias vector and where each local element of the product finds its entry.
+pub struct Bias<'a, T: ?Sized = [u8]> {
+    /// The whole vector (out dtype).
+    pub vector: &'a T,
+    /// The global row of each local row (a bias per row), or the global column of each local
+    /// column (per column).
+    pub index: &'a [u64],
+    /// Which axis the vector runs along.
+    pub per: BiasPer,
+}
+
+impl<T: ?Sized> Bias<'_, T> {
+    /// The vector's entry for element `i` of a row-major product of `cols` columns.
+    pub fn entry(&self, i: usize, cols: usize) -> usize {
+        let cols = cols.max(1);
+        self.index[match self.per {
+            BiasPer::Row => i / cols,
+            BiasPer::Column => i % cols,
+        }] as usize
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -57,9 +79,13 @@ pub fn finish(
         if let Some((beta, c)) = add.c {
             v = add_scaled(v, beta, init::decode(dtype, &c[i * os..(i + 1) * os]));
         }
-        if let Some((bias, rows)) = add.bias {
-            let r = rows[i / cols.max(1)] as usize;
-            v = add_scaled(v, 1.0, init::decode(dtype, &bias[r * os..(r + 1) * os]));
+        if let Some(bias) = &add.bias {
+            let e = bias.entry(i, cols);
+            v = add_scaled(
+                v,
+                1.0,
+                init::decode(dtype, &bias.vector[e * os..(e + 1) * os]),
+            );
         }
         v
     };
@@ -116,7 +142,11 @@ mod tests {
         let bias: Vec<u8> = (-7f32).to_le_bytes().to_vec();
         let add = Addends {
             c: Some((0.5, c.as_slice())),
-            bias: Some((bias.as_slice(), &[0][..])),
+            bias: Some(Bias {
+                vector: bias.as_slice(),
+                index: &[0][..],
+                per: BiasPer::Row,
+            }),
         };
         let mut out = vec![0u8; 8];
         let pre = finish(
@@ -137,5 +167,45 @@ mod tests {
         };
         assert_eq!(read(&pre), [-1.0, -11.5]);
         assert_eq!(read(&out), [0.0, 0.0]);
+    }
+
+    #[test]
+    fn a_bias_runs_along_rows_or_columns() {
+        // A 2x3 product of zeros; the bias vector [1, 2, 3] (global entries).
+        let acc = vec![0u8; 6 * 8];
+        let vector: Vec<u8> = [1f64, 2.0, 3.0]
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect();
+        let run = |per, index: &[u64]| {
+            let add = Addends {
+                c: None,
+                bias: Some(Bias {
+                    vector: vector.as_slice(),
+                    index,
+                    per,
+                }),
+            };
+            let mut out = vec![0u8; 6 * 8];
+            finish(
+                DType::F64,
+                &acc,
+                3,
+                DType::F64,
+                &add,
+                Some(Epilog::Bias),
+                &mut out,
+                false,
+            );
+            out.chunks_exact(8)
+                .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+                .collect::<Vec<_>>()
+        };
+        // Local rows are global rows 2 and 0; local columns global 2, 1, 0.
+        assert_eq!(run(BiasPer::Row, &[2, 0]), [3.0, 3.0, 3.0, 1.0, 1.0, 1.0]);
+        assert_eq!(
+            run(BiasPer::Column, &[2, 1, 0]),
+            [3.0, 2.0, 1.0, 3.0, 2.0, 1.0]
+        );
     }
 }

@@ -13,7 +13,7 @@ use crate::init::{self, Scalar};
 use crate::ops::Comparison;
 use crate::ops::step::regather;
 use crate::ops::sum::Sum;
-use crate::spec::step::Matmul;
+use crate::spec::step::{BiasPer, Matmul};
 use crate::spec::tensor::{DType, Layout, Uniform};
 use anyhow::Result;
 
@@ -157,14 +157,33 @@ pub fn check<B: Backend>(
     }
     if step.bias.is_some() {
         let (sbias, bb) = inputs[extra];
-        let (sx, sabs) = (
-            x.iter().copied().sum::<Sum>().value(),
-            x.iter().map(|v| v.abs()).sum::<Sum>().value(),
-        );
-        each(b, sbias, bb, |i, _, v| {
-            z[i as usize].add((v.0 * sx, v.1 * sx));
-            z[m + i as usize].add((abs(v) * sabs, 0.0));
-        })?;
+        match step.bias_per {
+            // Row i adds bias[i] to each of its n entries: bias[i] sum(x).
+            BiasPer::Row => {
+                let (sx, sabs) = (
+                    x.iter().copied().sum::<Sum>().value(),
+                    x.iter().map(|v| v.abs()).sum::<Sum>().value(),
+                );
+                each(b, sbias, bb, |i, _, v| {
+                    z[i as usize].add((v.0 * sx, v.1 * sx));
+                    z[m + i as usize].add((abs(v) * sabs, 0.0));
+                })?;
+            }
+            // Every row adds bias[j] to entry j: bias . x, the same for every row (each rank
+            // adds the part it holds; the sum over the ranks completes it).
+            BiasPer::Column => {
+                let (mut dot, mut size) = (Acc::default(), Sum::default());
+                each(b, sbias, bb, |j, _, v| {
+                    dot.add(mul(v, (x[j as usize], 0.0)));
+                    size.add(abs(v) * x[j as usize].abs());
+                })?;
+                let (dot, size) = ((dot.0.value(), dot.1.value()), size.value());
+                for i in 0..m {
+                    z[i].add(dot);
+                    z[m + i].add((size, 0.0));
+                }
+            }
+        }
     }
     let (target_state, target_buf) = match &pre {
         Some((s, buf)) => (s, buf),

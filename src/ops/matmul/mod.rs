@@ -21,7 +21,7 @@ use crate::backend::{Backend, Fused, Out};
 use crate::dist::Placement;
 use crate::dist::TensorState;
 use crate::plan::matmul::MatmulChoice;
-use crate::spec::step::{Epilog, Matmul, MatmulAlgorithm};
+use crate::spec::step::{BiasPer, Epilog, Matmul, MatmulAlgorithm};
 use crate::spec::tensor::{Distribution, Layout};
 use anyhow::Result;
 use chunks::{Gathered, Pipeline};
@@ -132,7 +132,8 @@ pub struct PreparedMatmul<B: Backend> {
     reduced: B::Buf,
     /// Global row of every local row of the product where the algorithm leaves it.
     rows: Vec<u64>,
-    cols: usize,
+    /// Global column of every local column of the product where the algorithm leaves it.
+    columns: Vec<u64>,
     /// The result where the algorithm leaves it (C layout) and its state.
     natural: B::Buf,
     natural_state: TensorState,
@@ -268,9 +269,11 @@ impl<B: Backend> PreparedMatmul<B> {
             .as_ref()
             .map(|iv| iv[0].iter().flat_map(|&(lo, hi)| lo..hi).collect())
             .unwrap_or_default();
-        let cols = natural_intervals.as_ref().map_or(0, |iv| {
-            iv[1].iter().map(|(lo, hi)| (hi - lo) as usize).sum()
-        });
+        let columns: Vec<u64> = natural_intervals
+            .as_ref()
+            .map(|iv| iv[1].iter().flat_map(|&(lo, hi)| lo..hi).collect())
+            .unwrap_or_default();
+        let cols = columns.len();
         let (m_loc, n_loc) = match &chunks {
             Some(_) => (rows.len(), cols),
             None => (a.view.dims().0, bop.view.dims().1),
@@ -288,8 +291,14 @@ impl<B: Backend> PreparedMatmul<B> {
             && !partial
             && step.c.is_none()
             && !accumulates
-            && fusable(step.epilog, out.layout, &rows, keep_pre)
-                .is_some_and(|e| b.fuses(sa.dtype, e));
+            && fusable(
+                step.epilog,
+                step.bias_per,
+                out.layout,
+                (&rows, &columns),
+                keep_pre,
+            )
+            .is_some_and(|e| b.fuses(sa.dtype, e));
         let direct = matches!(reduction, Reduction::None)
             && step.c.is_none()
             && (fused || (step.bias.is_none() && step.epilog.is_none()));
@@ -356,7 +365,7 @@ impl<B: Backend> PreparedMatmul<B> {
             acc,
             reduced,
             rows,
-            cols,
+            columns,
             natural: natural_buf,
             natural_state,
             pre: (keep_pre && epilog::nonlinear(step.epilog))
@@ -380,7 +389,7 @@ impl<B: Backend> PreparedMatmul<B> {
         let pb = self.b.piece(b, inputs[1])?;
         let compute = local::compute_dtype(dtype);
         // The GEMM's target: the result itself (in its layout and dtype), or the accumulator.
-        let dims = (self.rows.len(), self.cols);
+        let dims = (self.rows.len(), self.columns.len());
         let (target, tdtype, layout, dims) = if self.direct {
             (&mut self.natural, dtype, self.natural_state.layout, dims)
         } else {
@@ -392,12 +401,14 @@ impl<B: Backend> PreparedMatmul<B> {
             };
             (&mut self.acc, compute, Layout::C, dims)
         };
-        // A fused epilog's bias: the whole vector, its entry for the first local row.
+        // A fused epilog's bias: the whole vector, its entry for the first local row (or column,
+        // for a bias per column).
+        let first = match self.step.bias_per {
+            BiasPer::Row => self.rows.first(),
+            BiasPer::Column => self.columns.first(),
+        };
         let bias = match (&mut self.bias, self.fused) {
-            (Some(op), true) => Some((
-                op.piece(b, inputs[2])?,
-                self.rows.first().map_or(0, |&r| r as usize),
-            )),
+            (Some(op), true) => Some((op.piece(b, inputs[2])?, first.map_or(0, |&r| r as usize))),
             _ => None,
         };
         let fused = self
@@ -479,7 +490,12 @@ impl<B: Backend> PreparedMatmul<B> {
         };
         let bias = match &mut self.bias {
             Some(op) => {
-                Some((op.piece(b, inputs[extra])?, self.rows.as_slice())).filter(|_| self.adds_here)
+                let vector = op.piece(b, inputs[extra])?;
+                let (per, index) = match self.step.bias_per {
+                    BiasPer::Row => (BiasPer::Row, self.rows.as_slice()),
+                    BiasPer::Column => (BiasPer::Column, self.columns.as_slice()),
+                };
+                Some(epilog::Bias { vector, index, per }).filter(|_| self.adds_here)
             }
             None => None,
         };
@@ -494,7 +510,7 @@ impl<B: Backend> PreparedMatmul<B> {
             b.finish(
                 dtype,
                 product,
-                self.cols,
+                self.columns.len(),
                 &add,
                 self.step.epilog,
                 &mut self.natural,
@@ -527,21 +543,33 @@ impl<B: Backend> PreparedMatmul<B> {
     }
 }
 
-/// The epilog the GEMM may apply itself where the backend fuses it: a bias (one per result
-/// row) needs a result in Fortran order, whose GEMM block is the transposed result (a fused bias
-/// runs along the block's columns), and consecutive local rows (one stretch of the vector); a
-/// nonlinear epilog whose check needs the pre-activation values stays in the epilog kernel.
-fn fusable(epilog: Option<Epilog>, layout: Layout, rows: &[u64], keep_pre: bool) -> Option<Epilog> {
+/// The epilog the GEMM may apply itself where the backend fuses it. A fused bias runs along the
+/// columns of the row-major GEMM block (cuBLASLt's rows), and needs one stretch of the vector:
+/// a bias per row needs a result in Fortran order (whose block is the transposed result) and
+/// consecutive local rows; a bias per column a result in C order and consecutive local columns.
+/// A nonlinear epilog whose check needs the pre-activation values stays in the epilog kernel.
+fn fusable(
+    epilog: Option<Epilog>,
+    per: BiasPer,
+    layout: Layout,
+    (rows, columns): (&[u64], &[u64]),
+    keep_pre: bool,
+) -> Option<Epilog> {
     let e = epilog?;
-    let bias_ok =
-        !e.needs_bias() || (layout == Layout::F && rows.windows(2).all(|w| w[1] == w[0] + 1));
+    let consecutive = |v: &[u64]| v.windows(2).all(|w| w[1] == w[0] + 1);
+    let bias_ok = !e.needs_bias()
+        || match per {
+            BiasPer::Row => layout == Layout::F && consecutive(rows),
+            BiasPer::Column => layout == Layout::C && consecutive(columns),
+        };
     (bias_ok && !(keep_pre && epilog::nonlinear(Some(e)))).then_some(e)
 }
 
 /// The block at `at` of the product (rows x cols `dims`, stored in `layout`) =
 /// `alpha * op(a) @ op(b)` (added to the block where `accumulate`): a column-major product is
 /// the row-major product of the transposed operands. A fused epilog's bias entry is the one of
-/// the product's first row.
+/// the block's first column (the product's first row of the block in Fortran order, its first
+/// column in C order).
 #[allow(clippy::too_many_arguments)]
 fn gemm_block<B: Backend>(
     b: &B,
@@ -558,10 +586,15 @@ fn gemm_block<B: Backend>(
     (at, accumulate): ((usize, usize), bool),
     fused: Option<Fused<'_, B::Buf>>,
 ) -> Result<()> {
-    // The block's columns are the product's rows in Fortran order (the only layout whose
-    // epilog fuses a bias): the block's first column is the product's row at.0.
+    // The block's columns are the product's rows in Fortran order (a fused bias per row), its
+    // columns in C order (per column): the block's first column is the product's row at.0, or
+    // its column at.1.
+    let shift = match layout {
+        Layout::C => at.1,
+        Layout::F => at.0,
+    };
     let fused = fused.map(|f| Fused {
-        bias: f.bias.map(|(v, row0)| (v, row0 + at.0)),
+        bias: f.bias.map(|(v, first)| (v, first + shift)),
         ..f
     });
     let (at, ld, first, second) = match layout {
@@ -599,37 +632,54 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_fused_bias_needs_a_fortran_result_with_consecutive_rows() {
+    fn a_fused_bias_needs_its_layout_and_one_stretch_of_the_vector() {
         let slab = [4, 5, 6];
         let cyclic = [0, 1, 8, 9];
+        let fuse = |e, per, layout, rows: &[u64], columns: &[u64]| {
+            fusable(Some(e), per, layout, (rows, columns), false)
+        };
         for e in [Epilog::Bias, Epilog::ReluBias, Epilog::GeluBias] {
-            assert_eq!(fusable(Some(e), Layout::F, &slab, false), Some(e));
+            // Per row: Fortran order, consecutive rows.
+            assert_eq!(fuse(e, BiasPer::Row, Layout::F, &slab, &cyclic), Some(e));
             assert_eq!(
-                fusable(Some(e), Layout::C, &slab, false),
+                fuse(e, BiasPer::Row, Layout::C, &slab, &slab),
                 None,
                 "{e:?}, C order"
             );
             assert_eq!(
-                fusable(Some(e), Layout::F, &cyclic, false),
+                fuse(e, BiasPer::Row, Layout::F, &cyclic, &slab),
+                None,
+                "{e:?}, cyclic"
+            );
+            // Per column: C order, consecutive columns.
+            assert_eq!(fuse(e, BiasPer::Column, Layout::C, &cyclic, &slab), Some(e));
+            assert_eq!(
+                fuse(e, BiasPer::Column, Layout::F, &slab, &slab),
+                None,
+                "{e:?}, F order"
+            );
+            assert_eq!(
+                fuse(e, BiasPer::Column, Layout::C, &slab, &cyclic),
                 None,
                 "{e:?}, cyclic"
             );
         }
         // Activations alone fuse in either order and with any rows.
         for e in [Epilog::Relu, Epilog::Gelu] {
-            assert_eq!(fusable(Some(e), Layout::C, &cyclic, false), Some(e));
+            assert_eq!(fuse(e, BiasPer::Row, Layout::C, &cyclic, &cyclic), Some(e));
         }
-        assert_eq!(fusable(None, Layout::F, &slab, false), None);
+        assert_eq!(
+            fusable(None, BiasPer::Row, Layout::F, (&slab, &slab), false),
+            None
+        );
     }
 
     #[test]
     fn a_checked_nonlinear_epilog_keeps_its_kernel() {
         // The check needs the pre-activation values, which only the epilog kernel keeps.
-        assert_eq!(fusable(Some(Epilog::Relu), Layout::F, &[0], true), None);
-        assert_eq!(fusable(Some(Epilog::GeluBias), Layout::F, &[0], true), None);
-        assert_eq!(
-            fusable(Some(Epilog::Bias), Layout::F, &[0], true),
-            Some(Epilog::Bias)
-        );
+        let fuse = |e| fusable(Some(e), BiasPer::Row, Layout::F, (&[0], &[0]), true);
+        assert_eq!(fuse(Epilog::Relu), None);
+        assert_eq!(fuse(Epilog::GeluBias), None);
+        assert_eq!(fuse(Epilog::Bias), Some(Epilog::Bias));
     }
 }

@@ -1,6 +1,7 @@
 //! The meaning pass for matmul: operand shapes, dtypes, epilogs, and the algorithm's choice.
 
 use super::*;
+use crate::spec::step::BiasPer;
 
 impl Resolver<'_> {
     pub(super) fn matmul(
@@ -174,17 +175,28 @@ impl Resolver<'_> {
                 ),
             ));
         }
-        if let Some(bias) = bias
-            && bias.shape != [m_]
-        {
-            ok = false;
-            self.err(Diagnostic::value(
-                here.key("bias"),
-                format!(
-                    "bias must be a vector of {m_} (one per row of the result), but has shape {:?}",
-                    bias.shape
-                ),
-            ));
+        if let Some(bias) = bias {
+            let (want, along, other, other_key) = match m.bias_per {
+                BiasPer::Row => (m_, "row", n_, "column"),
+                BiasPer::Column => (n_, "column", m_, "row"),
+            };
+            if bias.shape != [want] {
+                ok = false;
+                let d = Diagnostic::value(
+                    here.key("bias"),
+                    format!(
+                        "bias must be a vector of {want} (one per {along} of the {m_}x{n_} result), but has shape {:?}",
+                        bias.shape
+                    ),
+                );
+                self.err(if bias.shape == [other] {
+                    d.help(format!(
+                        "for one value per {other_key}, set bias_per = \"{other_key}\""
+                    ))
+                } else {
+                    d
+                });
+            }
         }
         // The algorithm depends on the distributions alone: it is checked (and a forced one
         // refused) even when the errors above keep the step from resolving, except where an
