@@ -24,29 +24,6 @@ fn values(seed: u64, n: usize, complex: bool) -> Vec<C> {
         .collect()
 }
 
-/// A direct DFT along one axis of a C-order array (sign -1 forward, +1 inverse), unscaled.
-fn dft_axis(x: &[C], shape: &[usize], axis: usize, sign: f64) -> Vec<C> {
-    let n = shape[axis];
-    let inner: usize = shape[axis + 1..].iter().product();
-    let outer: usize = shape[..axis].iter().product();
-    let mut out = vec![(0.0, 0.0); x.len()];
-    for o in 0..outer {
-        for i in 0..inner {
-            for k in 0..n {
-                let mut s = (0.0, 0.0);
-                for j in 0..n {
-                    let ph = sign * 2.0 * std::f64::consts::PI * ((k * j) % n) as f64 / n as f64;
-                    let v = x[(o * n + j) * inner + i];
-                    s.0 += v.0 * ph.cos() - v.1 * ph.sin();
-                    s.1 += v.0 * ph.sin() + v.1 * ph.cos();
-                }
-                out[(o * n + k) * inner + i] = s;
-            }
-        }
-    }
-    out
-}
-
 fn dft_all(x: &[C], shape: &[usize], sign: f64) -> Vec<C> {
     (0..shape.len()).fold(x.to_vec(), |acc, a| dft_axis(&acc, shape, a, sign))
 }

@@ -44,7 +44,12 @@ impl Distrun {
     }
 
     pub fn run(self) -> Ran {
-        let out = Command::new(env!("CARGO_BIN_EXE_distrun"))
+        self.run_with(Path::new(env!("CARGO_BIN_EXE_distrun")))
+    }
+
+    /// Runs another build of the binary.
+    pub fn run_with(self, binary: &Path) -> Ran {
+        let out = Command::new(binary)
             .args(&self.args)
             .current_dir(&self.dir)
             .output()
@@ -135,20 +140,33 @@ pub fn example_specs() -> Vec<PathBuf> {
 /// `mpiexec -n P distrun ARGS` with Open MPI's settings for root and oversubscription; killed
 /// (and reported as code -9) after `limit`.
 pub fn mpirun(p: usize, args: &[&str], env: &[(&str, &str)], limit: std::time::Duration) -> Ran {
+    mpirun_with(
+        Path::new(env!("CARGO_BIN_EXE_distrun")),
+        p,
+        args,
+        env,
+        limit,
+    )
+}
+
+/// [`mpirun`] of another build of the binary.
+pub fn mpirun_with(
+    binary: &Path,
+    p: usize,
+    args: &[&str],
+    env: &[(&str, &str)],
+    limit: std::time::Duration,
+) -> Ran {
     let mut cmd = Command::new("mpiexec");
-    cmd.args([
-        "--oversubscribe",
-        "-n",
-        &p.to_string(),
-        env!("CARGO_BIN_EXE_distrun"),
-    ])
-    .args(args)
-    .current_dir(root())
-    .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
-    .stdout(std::process::Stdio::piped())
-    .stderr(std::process::Stdio::piped());
+    cmd.args(["--oversubscribe", "-n", &p.to_string()])
+        .arg(binary)
+        .args(args)
+        .current_dir(root())
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -283,4 +301,27 @@ pub fn write_values(
         &bytes,
     )
     .unwrap();
+}
+
+/// A direct DFT along one axis of a C-order array (sign -1 forward, +1 inverse), unscaled.
+pub fn dft_axis(x: &[(f64, f64)], shape: &[usize], axis: usize, sign: f64) -> Vec<(f64, f64)> {
+    let n = shape[axis];
+    let inner: usize = shape[axis + 1..].iter().product();
+    let outer: usize = shape[..axis].iter().product();
+    let mut out = vec![(0.0, 0.0); x.len()];
+    for o in 0..outer {
+        for i in 0..inner {
+            for k in 0..n {
+                let mut s = (0.0, 0.0);
+                for j in 0..n {
+                    let ph = sign * 2.0 * std::f64::consts::PI * ((k * j) % n) as f64 / n as f64;
+                    let v = x[(o * n + j) * inner + i];
+                    s.0 += v.0 * ph.cos() - v.1 * ph.sin();
+                    s.1 += v.0 * ph.sin() + v.1 * ph.cos();
+                }
+                out[(o * n + k) * inner + i] = s;
+            }
+        }
+    }
+    out
 }
