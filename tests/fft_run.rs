@@ -425,3 +425,45 @@ fn c128_256_cubed_transforms_are_exact_and_pass_their_checks_at_1_to_4_ranks() {
         std::fs::remove_dir_all(&out).unwrap();
     }
 }
+
+/// A c2r's check on a spectrum no real signal has (random values on the planes whose imaginary
+/// parts numpy's irfftn ignores): it compares those planes' Hermitian parts, so a correct result
+/// passes and a corrupted one fails, also where the last axis is one bin (then every bin lies
+/// on such a plane).
+#[test]
+fn a_c2r_check_compares_the_hermitian_planes() {
+    let spec = temp_spec(
+        "c2r-planes",
+        "[job]\nname = \"c2r-planes\"\n\
+         [tensors.x]\nshape = [6, 9, 1]\ndtype = \"c128\"\ndistribution = { slab = 1 }\ninit = { uniform = { low = -1.0, high = 1.0 } }\n\
+         [tensors.y]\nshape = [6, 9, 1]\ndtype = \"f64\"\n\
+         [tensors.z]\nshape = [5, 4]\ndtype = \"c64\"\ndistribution = { slab = 0 }\ninit = { uniform = { low = -1.0, high = 1.0 } }\n\
+         [tensors.w]\nshape = [5, 6]\ndtype = \"f32\"\n\
+         [[steps]]\nop = \"fft\"\ninput = \"x\"\nout = \"y\"\nkind = \"c2r\"\ndirection = \"inverse\"\ncheck = true\n\
+         [[steps]]\nop = \"fft\"\ninput = \"z\"\nout = \"w\"\nkind = \"c2r\"\ndirection = \"inverse\"\nnorm = \"ortho\"\ncheck = true\n",
+    );
+    for p in 1..=4usize {
+        let out = spec.parent().unwrap().join(format!("run{p}"));
+        let m = run_ok(p, &spec, &out, &[]);
+        for s in m["steps"].as_array().unwrap() {
+            assert_eq!(s["check"]["passed"], true, "{p} ranks: {s}");
+        }
+        for step in ["0", "1"] {
+            let bad = spec.parent().unwrap().join(format!("bad{p}-{step}"));
+            let args = [
+                "run",
+                spec.to_str().unwrap(),
+                "--out",
+                bad.to_str().unwrap(),
+                "-q",
+            ];
+            let ran = mpirun(
+                p,
+                &args,
+                &[("DISTRUN_CORRUPT_STEP", step)],
+                Duration::from_secs(120),
+            );
+            assert_eq!(ran.code, 3, "{p} ranks, step {step}: {}", ran.stderr);
+        }
+    }
+}

@@ -695,3 +695,27 @@ fn megatron_row_parallel_layer_at_1_to_4_ranks() {
         assert_eq!(manifest(&bad)["steps"][2]["check"]["passed"], false);
     }
 }
+
+/// Freivalds' test where its own rounding matters most: double precision (c128 and f64), a
+/// short k against long rows (2048 columns summed per row of `out x`, 3 ulps of tolerance per
+/// row): its sums are compensated, so the correct products pass.
+#[test]
+fn freivalds_holds_in_double_precision_with_a_short_k() {
+    for dtype in ["f64", "c128"] {
+        let spec = temp_spec(
+            &format!("short-k-{dtype}"),
+            &format!(
+                "[job]\nname = \"short-k\"\n\
+                 [tensors.a]\nshape = [2048, 1]\ndtype = \"{dtype}\"\ndistribution = {{ slab = 0 }}\ninit = {{ uniform = {{ low = -1.0, high = 1.0 }} }}\n\
+                 [tensors.b]\nshape = [1, 2048]\ndtype = \"{dtype}\"\ninit = {{ uniform = {{ low = -1.0, high = 1.0 }} }}\n\
+                 [tensors.c]\nshape = [2048, 2048]\ndtype = \"{dtype}\"\ndistribution = {{ slab = 0 }}\ninit = {{ normal = {{ mean = 0.0, std = 1.0 }} }}\n\
+                 [[steps]]\nop = \"matmul\"\na = \"a\"\nb = \"b\"\nc = \"c\"\nbeta = -1.0\nout = \"d\"\ncheck = true\n"
+            ),
+        );
+        for p in [1, 2, 3] {
+            let out = spec.parent().unwrap().join(format!("run{p}"));
+            let m = run_ok(p, &spec, &out, &[]);
+            assert_eq!(m["steps"][0]["check"]["passed"], true, "{dtype}, {p} ranks");
+        }
+    }
+}

@@ -12,8 +12,24 @@ use cudarc::cufft::{result as cufft, sys};
 use cudarc::driver::{DevicePtr, DevicePtrMut, PushKernelArg};
 use std::ffi::c_int;
 
-/// The scaling kernel (normalisation): `x *= s` on n reals.
+/// The scaling kernel (normalisation): `x *= s` on n reals; the one-point real transforms
+/// (cuFFT squeezes a length-1 axis out of a plan, which would make another axis the real one):
+/// r2c `y = (x, 0)`, c2r `y = re(x)`, on n values.
 pub const KERNELS: &str = r#"
+extern "C" __global__ void real_to_complex(const void* x, void* y, int f64, unsigned long long n) {
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * blockDim.x) {
+        if (f64) { ((double*)y)[2 * i] = ((const double*)x)[i]; ((double*)y)[2 * i + 1] = 0.0; }
+        else { ((float*)y)[2 * i] = ((const float*)x)[i]; ((float*)y)[2 * i + 1] = 0.0f; }
+    }
+}
+extern "C" __global__ void complex_to_real(const void* x, void* y, int f64, unsigned long long n) {
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * blockDim.x) {
+        if (f64) ((double*)y)[i] = ((const double*)x)[2 * i];
+        else ((float*)y)[i] = ((const float*)x)[2 * i];
+    }
+}
 extern "C" __global__ void scale_f32(float* x, unsigned long long n, double s) {
     for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
          i += (unsigned long long)gridDim.x * blockDim.x) x[i] = (float)(x[i] * s);
@@ -59,6 +75,12 @@ impl Group {
     /// default layout).
     pub fn strided(&self) -> bool {
         self.stride != 1
+    }
+
+    /// A real transform of one point (a last axis of length 1): `batch` values converted, no
+    /// cuFFT plan.
+    pub fn one_point(&self) -> bool {
+        !matches!(self.transform, Transform::C2c { .. }) && self.dims == [1]
     }
 }
 
@@ -108,8 +130,24 @@ pub fn groups(phase: &Phase) -> Vec<Group> {
     };
     let mut out = Vec::new();
     let mut i = 0;
+    // A real transform of a last axis of length 1 stands alone (see `Group::one_point`).
+    let one_point = real_last == 1;
+    let real = |t: Transform| !matches!(t, Transform::C2c { .. });
     while i < phase.ops.len() {
         let (axis, first) = axis_of(&phase.ops[i], last);
+        if one_point && real(first) {
+            out.push(Group {
+                transform: first,
+                dims: vec![1],
+                stride: 1,
+                dist: (1, 1),
+                batch: shape.iter().product(),
+                launches: 1,
+                launch_step: (0, 0),
+            });
+            i += 1;
+            continue;
+        }
         let direction = |t: Transform| match t {
             Transform::C2c { inverse } => inverse,
             Transform::R2c => false,
@@ -122,10 +160,13 @@ pub fn groups(phase: &Phase) -> Vec<Group> {
         let mut j = i + 1;
         while j < phase.ops.len() {
             let (a, t) = axis_of(&phase.ops[j], last);
+            // A one-point real transform never joins a run.
+            let one_point_real = one_point && real(t);
             let ok = !axes.contains(&a)
                 && direction(t) == direction(first)
                 && !matches!(t, Transform::R2c)
-                && !matches!(kind, Transform::C2r);
+                && !matches!(kind, Transform::C2r)
+                && !one_point_real;
             if !ok {
                 break;
             }
@@ -196,17 +237,19 @@ pub fn groups(phase: &Phase) -> Vec<Group> {
     out
 }
 
-/// A cuFFT plan and the group it computes.
+/// A cuFFT plan (none for a one-point real transform) and the group it computes.
 pub struct Plan {
-    handle: sys::cufftHandle,
+    handle: Option<sys::cufftHandle>,
     group: Group,
 }
 
 impl Drop for Plan {
     fn drop(&mut self) {
-        // SAFETY: a plan this module made, destroyed once.
-        unsafe {
-            let _ = cufft::destroy(self.handle);
+        if let Some(h) = self.handle {
+            // SAFETY: a plan this module made, destroyed once.
+            unsafe {
+                let _ = cufft::destroy(h);
+            }
         }
     }
 }
@@ -231,6 +274,12 @@ fn plan_type(t: Transform, precision: DType) -> sys::cufftType {
 impl Plan {
     /// Makes the plan of `group` on `stream`.
     fn new(group: Group, precision: DType, stream: sys::cudaStream_t) -> Result<Self> {
+        if group.one_point() {
+            return Ok(Plan {
+                handle: None,
+                group,
+            });
+        }
         let int =
             |x: usize| c_int::try_from(x).map_err(|_| anyhow!("FFT too large for cuFFT: {x}"));
         let mut n: Vec<c_int> = group.dims.iter().map(|&d| int(d)).collect::<Result<_>>()?;
@@ -258,11 +307,14 @@ impl Plan {
         .map_err(cufft_err)?;
         // SAFETY: a valid plan and this rank's stream.
         unsafe { cufft::set_stream(handle, stream) }.map_err(cufft_err)?;
-        Ok(Plan { handle, group })
+        Ok(Plan {
+            handle: Some(handle),
+            group,
+        })
     }
 
-    /// Runs the plan from `src` into `dst` (device addresses), `real` bytes per real value.
-    fn exec(&self, src: u64, dst: u64, precision: DType) -> Result<()> {
+    /// Runs the cuFFT plan from `src` into `dst` (device addresses), `real` bytes per real value.
+    fn exec(&self, handle: sys::cufftHandle, src: u64, dst: u64, precision: DType) -> Result<()> {
         let real = if precision == DType::C64 { 4 } else { 8 };
         let (ie, oe) = match self.group.transform {
             Transform::R2c => (real, 2 * real),
@@ -274,7 +326,7 @@ impl Plan {
         for l in 0..self.group.launches {
             let i = src + (l * self.group.launch_step.0 * ie) as u64;
             let o = dst + (l * self.group.launch_step.1 * oe) as u64;
-            let h = self.handle;
+            let h = handle;
             // SAFETY: the group's layout stays inside both buffers (sized from the phase).
             unsafe {
                 match (self.group.transform, precision) {
@@ -297,6 +349,24 @@ impl Plan {
 }
 
 impl Cuda<'_> {
+    /// Runs one plan from `src` into `dst` (device addresses): cuFFT's, or a one-point real
+    /// transform's conversion.
+    fn run_plan(&self, plan: &Plan, src: u64, dst: u64, precision: DType) -> Result<()> {
+        if let Some(h) = plan.handle {
+            return plan.exec(h, src, dst, precision);
+        }
+        let f = match plan.group.transform {
+            Transform::R2c => &self.kernels.real_to_complex,
+            _ => &self.kernels.complex_to_real,
+        };
+        let (double, n) = (i32::from(precision != DType::C64), plan.group.batch as u64);
+        let mut launch = self.stream.launch_builder(f);
+        launch.arg(&src).arg(&dst).arg(&double).arg(&n);
+        // SAFETY: n values of the phase's input and output, inside their buffers.
+        unsafe { launch.launch(launch_config(n)) }?;
+        Ok(())
+    }
+
     /// Runs a local FFT phase: the first plan from `input` into `output`, the others in place
     /// (a c2r, which may overwrite its input, reads a copy), then the scaling.
     pub(super) fn fft_phase(
@@ -366,11 +436,11 @@ impl Cuda<'_> {
                 } else {
                     s
                 };
-                p.exec(s, dst, precision)?;
+                self.run_plan(p, s, dst, precision)?;
             }
         } else {
             for (k, p) in plans.iter().enumerate() {
-                p.exec(if k == 0 { i } else { o }, o, precision)?;
+                self.run_plan(p, if k == 0 { i } else { o }, o, precision)?;
             }
         }
         if let Some(s) = phase.scale {
@@ -420,6 +490,56 @@ mod tests {
             inverse: false,
         }];
         assert!(phase(&[8, 6, 5], along_1).on_rows(2, 5).is_none());
+    }
+
+    #[test]
+    fn a_real_transform_of_one_point_stands_alone() {
+        // A c2r to a last axis of length 1 after a transform along axis 1 of [3, 9, 1]: cuFFT
+        // would squeeze the length-1 axis and take axis 1 for the real one, so the c2c runs on
+        // its own (strided) and the c2r is a conversion of all 27 values.
+        let g = groups(&phase(
+            &[3, 9, 1],
+            vec![
+                AxisOp::C2c {
+                    axis: 1,
+                    inverse: true,
+                },
+                AxisOp::C2r { n: 1 },
+            ],
+        ));
+        assert_eq!(g.len(), 2);
+        assert_eq!(
+            (g[0].transform, g[0].dims.clone()),
+            (Transform::C2c { inverse: true }, vec![9])
+        );
+        assert!(!g[0].one_point());
+        assert!(g[1].one_point() && g[1].batch == 27 && g[1].transform == Transform::C2r);
+        // The r2c of the same shape: the conversion first.
+        let g = groups(&phase(
+            &[3, 9, 1],
+            vec![
+                AxisOp::R2c,
+                AxisOp::C2c {
+                    axis: 1,
+                    inverse: false,
+                },
+            ],
+        ));
+        assert!(g[0].one_point() && g[0].batch == 27 && g[0].transform == Transform::R2c);
+        assert_eq!(g[1].dims, vec![9]);
+        // Two points or more still make one plan over the trailing axes.
+        let g = groups(&phase(
+            &[3, 9, 2],
+            vec![
+                AxisOp::C2c {
+                    axis: 1,
+                    inverse: true,
+                },
+                AxisOp::C2r { n: 2 },
+            ],
+        ));
+        assert_eq!(g.len(), 1);
+        assert_eq!(g[0].dims, vec![9, 2]);
     }
 
     #[test]

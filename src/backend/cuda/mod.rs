@@ -77,6 +77,28 @@ extern "C" __global__ void copy_runs(const unsigned char* src, unsigned char* ds
         }
     }
 }
+
+// The product over `ranks` gathered arrays of n complex values (float2 or double2), elements
+// first..first + count, in rank order, in double precision.
+extern "C" __global__ void complex_product(const void* all, void* out, int f64,
+                                           unsigned long long n, unsigned long long first,
+                                           unsigned long long count, unsigned long long ranks) {
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+         i < count; i += (unsigned long long)gridDim.x * blockDim.x) {
+        double re = 1.0, im = 0.0;
+        for (unsigned long long r = 0; r < ranks; r++) {
+            unsigned long long k = r * n + first + i;
+            double x, y;
+            if (f64) { double2 v = ((const double2*)all)[k]; x = v.x; y = v.y; }
+            else { float2 v = ((const float2*)all)[k]; x = v.x; y = v.y; }
+            double t = re * x - im * y;
+            im = re * y + im * x;
+            re = t;
+        }
+        if (f64) ((double2*)out)[i] = make_double2(re, im);
+        else ((float2*)out)[i] = make_float2((float)re, (float)im);
+    }
+}
 "#;
 
 /// A launch of one thread per element over `n` elements (grid-stride loops cover the rest).
@@ -129,6 +151,9 @@ struct Kernels {
     conj_copy: CudaFunction,
     scale_f32: CudaFunction,
     scale_f64: CudaFunction,
+    real_to_complex: CudaFunction,
+    complex_to_real: CudaFunction,
+    complex_product: CudaFunction,
 }
 
 /// A device buffer of `len` bytes (at least one byte is allocated: CUDA refuses empty ones),
@@ -221,20 +246,22 @@ fn nccl_type(dtype: DType) -> (nccl_sys::ncclDataType_t, usize) {
     }
 }
 
-fn nccl_op(dtype: DType, op: ReduceOp) -> Result<nccl_sys::ncclRedOp_t> {
+/// NCCL's reduction op (a complex product is not one: see [`Cuda::complex_product`]).
+fn nccl_op(op: ReduceOp) -> nccl_sys::ncclRedOp_t {
     use nccl_sys::ncclRedOp_t::*;
-    if dtype.is_complex() && op == ReduceOp::Prod {
-        bail!(
-            "reduce = \"prod\" of complex values is not built on the GPU backend (NCCL reduces pairs of reals)"
-        );
-    }
-    Ok(match op {
+    match op {
         ReduceOp::Sum => ncclSum,
         ReduceOp::Prod => ncclProd,
         ReduceOp::Min => ncclMin,
         ReduceOp::Max => ncclMax,
         ReduceOp::Avg => ncclAvg,
-    })
+    }
+}
+
+/// Whether a reduction is a product of complex values, which NCCL (reducing pairs of reals)
+/// cannot make.
+fn complex_product(dtype: DType, op: ReduceOp) -> bool {
+    dtype.is_complex() && op == ReduceOp::Prod
 }
 
 impl<'a> Cuda<'a> {
@@ -292,6 +319,9 @@ impl<'a> Cuda<'a> {
             conj_copy: module.load_function("conj_copy")?,
             scale_f32: module.load_function("scale_f32")?,
             scale_f64: module.load_function("scale_f64")?,
+            real_to_complex: module.load_function("real_to_complex")?,
+            complex_to_real: module.load_function("complex_to_real")?,
+            complex_product: module.load_function("complex_product")?,
         };
         // NCCL: rank 0's unique id reaches every rank through the process group.
         let id = if rank == 0 {
@@ -399,6 +429,60 @@ impl Drop for Cuda<'_> {
         unsafe {
             let _ = nccl::comm_destroy(self.nccl);
         }
+    }
+}
+
+impl Cuda<'_> {
+    /// The product over the ranks of complex values, which NCCL cannot reduce: every rank's
+    /// `send` gathered on every rank, then elements `first..first + count` multiplied in rank
+    /// order (in double precision, rounded once) into `recv` where this rank receives.
+    fn complex_product(
+        &self,
+        send: &DevBuf,
+        recv: Option<&mut DevBuf>,
+        dtype: DType,
+        (first, count): (usize, usize),
+    ) -> Result<()> {
+        let ranks = self.ranks();
+        let mut all = self.zeros(send.len * ranks)?;
+        {
+            let (s, _g1) = send.data.device_ptr(&self.stream);
+            let (a, _g2) = all.data.device_ptr_mut(&self.stream);
+            // SAFETY: `all` holds every rank's `send.len` bytes.
+            unsafe {
+                nccl::all_gather(
+                    s as _,
+                    a as _,
+                    send.len,
+                    nccl_sys::ncclDataType_t::ncclUint8,
+                    self.nccl,
+                    self.raw_stream(),
+                )
+            }
+            .map_err(nccl_err)?;
+        }
+        let Some(recv) = recv.filter(|_| count > 0) else {
+            return Ok(());
+        };
+        let n = (send.len / dtype.size() as usize) as u64;
+        let (first, count, ranks) = (first as u64, count as u64, ranks as u64);
+        let double = i32::from(dtype == DType::C128);
+        let (a, r) = (
+            all.data.device_ptr(&self.stream).0,
+            recv.data.device_ptr_mut(&self.stream).0,
+        );
+        let mut launch = self.stream.launch_builder(&self.kernels.complex_product);
+        launch
+            .arg(&a)
+            .arg(&r)
+            .arg(&double)
+            .arg(&n)
+            .arg(&first)
+            .arg(&count)
+            .arg(&ranks);
+        // SAFETY: `all` holds `ranks` arrays of n values, recv `count` of them.
+        unsafe { launch.launch(launch_config(count)) }?;
+        Ok(())
     }
 }
 
@@ -592,8 +676,12 @@ impl Backend for Cuda<'_> {
         dtype: DType,
         op: ReduceOp,
     ) -> Result<()> {
+        if complex_product(dtype, op) {
+            let n = send.len / dtype.size() as usize;
+            return self.complex_product(send, Some(recv), dtype, (0, n));
+        }
         let (t, lanes) = nccl_type(dtype);
-        let op = nccl_op(dtype, op)?;
+        let op = nccl_op(op);
         let count = send.len / dtype.size() as usize * lanes;
         let (s, _g1) = send.data.device_ptr(&self.stream);
         let (r, _g2) = recv.data.device_ptr_mut(&self.stream);
@@ -611,8 +699,13 @@ impl Backend for Cuda<'_> {
         op: ReduceOp,
         root: usize,
     ) -> Result<()> {
+        if complex_product(dtype, op) {
+            let n = send.len / dtype.size() as usize;
+            let here = (self.rank() == root).then_some(recv);
+            return self.complex_product(send, here, dtype, (0, n));
+        }
         let (t, lanes) = nccl_type(dtype);
-        let op = nccl_op(dtype, op)?;
+        let op = nccl_op(op);
         let count = send.len / dtype.size() as usize * lanes;
         let (s, _g1) = send.data.device_ptr(&self.stream);
         // Ranks other than the root receive nothing but NCCL wants a buffer of the size.
@@ -648,8 +741,12 @@ impl Backend for Cuda<'_> {
         dtype: DType,
         op: ReduceOp,
     ) -> Result<()> {
+        if complex_product(dtype, op) {
+            let first = counts[..self.rank()].iter().sum();
+            return self.complex_product(send, Some(recv), dtype, (first, counts[self.rank()]));
+        }
         let (t, lanes) = nccl_type(dtype);
-        let op = nccl_op(dtype, op)?;
+        let op = nccl_op(op);
         let (s, _g1) = send.data.device_ptr(&self.stream);
         let (r, _g2) = recv.data.device_ptr_mut(&self.stream);
         if counts.windows(2).any(|w| w[0] != w[1]) {
