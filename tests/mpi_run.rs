@@ -882,3 +882,45 @@ fn eight_bit_reductions_wrap_at_1_to_4_ranks() {
         }
     }
 }
+
+#[test]
+fn scatter_and_reduce_scatter_split_uneven_axes_by_the_slab_rule() {
+    // 7 rows and 5 columns on 1-4 ranks: rank r gets 7//P + (r < 7%P) rows (3, 2, 2 on 3).
+    let spec = temp_spec(
+        "uneven",
+        "[job]\nname = \"uneven\"\n\
+         [tensors.held]\nshape = [7, 5]\ndtype = \"i32\"\ndistribution = { root = 0 }\ninit = { arange = {} }\n\
+         [tensors.part]\nshape = [7, 5]\ndtype = \"f64\"\ndistribution = \"partial\"\ninit = { arange = {} }\n\
+         [[steps]]\nop = \"scatter\"\ninput = \"held\"\nout = \"rows\"\ncheck = true\n\
+         [[steps]]\nop = \"reduce_scatter\"\ninput = \"part\"\nout = \"cols\"\naxis = 1\ncheck = true\n\
+         [output]\ntensors = [\"rows\", \"cols\"]\ngather = true\n",
+    );
+    for p in 1..=4usize {
+        let out = spec.parent().unwrap().join(format!("run{p}"));
+        run_ok(p, &spec, &out, &[]);
+        assert_checks_passed(&out);
+        let (_, rows) = read_npy(&out.join("rows.npy"));
+        assert!(
+            rows.iter().enumerate().all(|(i, v)| *v == i as f64),
+            "{p} ranks"
+        );
+        // Element i of rank r's array is r*35 + i: the sum over ranks is 35*P(P-1)/2 + P*i.
+        let (_, cols) = read_npy(&out.join("cols.npy"));
+        for (i, v) in cols.iter().enumerate() {
+            assert_eq!(
+                *v,
+                (35 * p * (p - 1) / 2 + p * i) as f64,
+                "{p} ranks, element {i}"
+            );
+        }
+        let slab = |n: usize, r: usize| n / p + usize::from(r < n % p);
+        for r in 0..p {
+            let shard = |name: &str| {
+                let bytes = std::fs::read(out.join(format!("{name}.rank{r}.npy"))).unwrap();
+                npyz::NpyFile::new(&bytes[..]).unwrap().shape().to_vec()
+            };
+            assert_eq!(shard("rows"), [slab(7, r) as u64, 5], "{p} ranks, rank {r}");
+            assert_eq!(shard("cols"), [7, slab(5, r) as u64], "{p} ranks, rank {r}");
+        }
+    }
+}
