@@ -16,13 +16,6 @@ use crate::spec::tensor::{DType, Distribution, Layout};
 use anyhow::Result;
 use rayon::prelude::*;
 
-/// The finalizer of splitmix64: a bijective mix of 64 bits.
-fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
 /// One element's share of a fingerprint: its global index and its bytes (up to 16), mixed.
 fn element_hash(global: u64, bytes: &[u8]) -> u64 {
     let word = |part: &[u8]| {
@@ -31,6 +24,7 @@ fn element_hash(global: u64, bytes: &[u8]) -> u64 {
         u64::from_le_bytes(w)
     };
     let (lo, hi) = bytes.split_at(bytes.len().min(8));
+    let mix = init::splitmix64;
     mix(global.wrapping_mul(0x9E37_79B9_7F4A_7C15)
         ^ mix(word(lo).wrapping_add(0x2545_F491_4F6C_DD1D))
         ^ mix(word(hi).wrapping_add(0x6A09_E667_F3BC_C909)))
