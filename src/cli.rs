@@ -242,11 +242,16 @@ fn ranks_for(loaded: &spec::Loaded, ranks: Option<u64>) -> Option<u64> {
     ranks.or(loaded.spec.runtime.ranks.map(u64::from))
 }
 
-/// A `--ranks` value: a whole number of at least 1.
+/// A `--ranks` value: a whole number from 1 to [`plan::resolve::MAX_RANKS`].
 fn rank_count(text: &str) -> Result<u64, String> {
+    let max = plan::resolve::MAX_RANKS;
     match text.parse::<u64>() {
-        Ok(n) if n >= 1 => Ok(n),
-        _ => Err("a rank count is a whole number of at least 1".into()),
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        Ok(n) if n > max => Err(format!("rank count too large (at most {max})")),
+        Err(e) if *e.kind() == std::num::IntErrorKind::PosOverflow => {
+            Err(format!("rank count too large (at most {max})"))
+        }
+        _ => Err(format!("a rank count is a whole number from 1 to {max}")),
     }
 }
 
@@ -338,6 +343,8 @@ fn run_spec(path: &std::path::Path, device: Option<&str>, opts: &crate::exec::Op
     match crate::exec::run(&loaded, &plan, &ctx, opts) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(EXIT_CHECK),
+        // Every rank agreed to stop, and the first said why.
+        Err(e) if e.is::<crate::runtime::Reported>() => ExitCode::FAILURE,
         Err(e) => ctx.fail(&e),
     }
 }

@@ -145,3 +145,42 @@ fn a_missing_file_is_an_invalid_spec() {
         ran.stderr
     );
 }
+
+/// Thousands of errors on one long line (an output list of misspelled names among thousands of
+/// tensors) each print a short quote of the line and a short hint: the report grows with the
+/// error count, not with the count times the line or the tensors.
+#[test]
+fn many_errors_on_a_long_line_print_short_reports() {
+    let n = 3000;
+    let mut text = String::from("[job]\nname = \"many-names\"\n");
+    for i in 0..n {
+        text.push_str(&format!(
+            "[tensors.tensor_{i}]\nshape = [2]\ndtype = \"f32\"\ninit = \"ones\"\n"
+        ));
+    }
+    let outputs: Vec<String> = (0..n).map(|i| format!("\"tensr_{i}\"")).collect();
+    text.push_str(&format!("[output]\ntensors = [{}]\n", outputs.join(", ")));
+    let spec = temp_spec("many-names", &text);
+    let ran = Distrun::new()
+        .args(["validate", spec.to_str().unwrap()])
+        .run()
+        .code(2);
+    assert!(ran.stderr.contains(&format!("{n} errors; nothing was run")));
+    assert!(
+        ran.stderr.len() < n * 800,
+        "{} bytes for {n} errors",
+        ran.stderr.len()
+    );
+    // The first errors guess the name meant; every error lists some tensors and the count.
+    assert!(ran.stderr.contains("did you mean `tensor_0`?"));
+    assert!(ran.stderr.contains(&format!(" and {} more", n - 24)));
+    let line = 4 * n + 4;
+    let last = format!("tensr_{}", n - 1);
+    let at = text.lines().nth(line - 1).unwrap().find(&last).unwrap();
+    assert!(
+        ran.stderr
+            .contains(&format!(":{line}:{}: no tensor named `{last}`", at)),
+        "{}",
+        &ran.stderr[ran.stderr.len() - 600..]
+    );
+}

@@ -289,14 +289,34 @@ fn plan_needs_a_rank_count() {
         "{}",
         ran.stderr
     );
-    // No rank count below 1, for plan or validate.
+    // No rank count below 1 or above 2^20, for plan or validate: refused at once (a plan for
+    // 2^64 - 1 ranks would allocate per rank).
     for command in ["plan", "validate"] {
-        let ran = Distrun::new()
-            .args([command, "specs/gemm.toml", "--ranks", "0"])
-            .run()
-            .code(2);
-        assert!(ran.stderr.contains("at least 1"), "{}", ran.stderr);
+        for (ranks, says) in [
+            ("0", "a rank count is a whole number from 1 to 1048576"),
+            ("1048577", "rank count too large (at most 1048576)"),
+            ("4294967296", "rank count too large (at most 1048576)"),
+            (
+                "18446744073709551615",
+                "rank count too large (at most 1048576)",
+            ),
+            (
+                "18446744073709551616",
+                "rank count too large (at most 1048576)",
+            ),
+        ] {
+            let ran = Distrun::new()
+                .args([command, "specs/gemm.toml", "--ranks", ranks])
+                .run()
+                .code(2);
+            assert!(ran.stderr.contains(says), "{ranks}: {}", ran.stderr);
+        }
     }
+    // The largest count plans in about a second.
+    Distrun::new()
+        .args(["plan", "specs/gemm.toml", "--ranks", "1048576"])
+        .run()
+        .code(0);
 }
 
 #[test]

@@ -435,6 +435,46 @@ fn a_failed_check_is_recorded_and_exits_3() {
     assert_eq!(m["steps"][0]["check"]["passed"], true);
     assert_eq!(m["steps"][1]["check"]["passed"], false);
     assert!(m["steps"][1]["check"]["max_error"].as_f64().unwrap() > 0.0);
+    // Quiet, the failure still gets one line, from one rank.
+    let name = m["steps"][1]["name"].as_str().unwrap();
+    let lines: Vec<&str> = (ran.stderr.lines())
+        .filter(|l| l.starts_with("distrun: check failed: "))
+        .collect();
+    assert_eq!(lines.len(), 1, "{}", ran.stderr);
+    assert!(lines[0].contains(name), "{}", ran.stderr);
+}
+
+/// A corrupted all_reduce that makes an infinity: the manifest says "inf" (JSON has no
+/// infinity), not null, and the run directory still verifies.
+#[test]
+fn an_infinite_max_error_is_recorded_as_inf() {
+    let spec = temp_spec(
+        "inf-error",
+        "[job]\nname = \"inf-error\"\n[tensors.x]\nshape = [6]\ndtype = \"f64\"\n\
+         distribution = \"partial\"\ninit = { fill = 0.5 }\n\
+         [[steps]]\nop = \"all_reduce\"\ninput = \"x\"\ncheck = true\n",
+    );
+    let out = spec.parent().unwrap().join("run");
+    // The sum is 1.0, and flipping its high exponent bit makes it infinite.
+    let ran = mpirun(
+        2,
+        &[
+            "run",
+            spec.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        &[("DISTRUN_CORRUPT_STEP", "0")],
+        LIMIT,
+    );
+    assert_eq!(ran.code, 3, "{}", ran.stderr);
+    let m = manifest(&out);
+    assert_eq!(m["steps"][0]["check"]["max_error"], "inf");
+    assert!(ran.stderr.contains("max error inf"), "{}", ran.stderr);
+    Distrun::new()
+        .args(["verify", out.to_str().unwrap()])
+        .run()
+        .code(0);
 }
 
 #[test]
@@ -922,5 +962,38 @@ fn scatter_and_reduce_scatter_split_uneven_axes_by_the_slab_rule() {
             assert_eq!(shard("rows"), [slab(7, r) as u64, 5], "{p} ranks, rank {r}");
             assert_eq!(shard("cols"), [7, slab(5, r) as u64], "{p} ranks, rank {r}");
         }
+    }
+}
+
+/// A tensor of 7.3 TiB is refused before anything is allocated, on every rank, with the plan's
+/// numbers said once; nothing is written.
+#[test]
+fn a_plan_larger_than_memory_is_refused_before_allocating() {
+    let spec = temp_spec(
+        "huge",
+        "[job]\nname = \"huge\"\n[tensors.a]\nshape = [1000000, 1000000]\ndtype = \"f64\"\n\
+         distribution = { slab = 0 }\ninit = \"zeros\"\n[[steps]]\nop = \"barrier\"\n",
+    );
+    for p in [1, 3] {
+        let out = spec.parent().unwrap().join(format!("run-{p}"));
+        let ran = mpirun(
+            p,
+            &[
+                "run",
+                spec.to_str().unwrap(),
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            &[],
+            LIMIT,
+        );
+        assert_eq!(ran.code, 1, "{p} ranks: {}", ran.stderr);
+        let said: Vec<&str> = (ran.stderr.lines())
+            .filter(|l| l.starts_with("distrun: not enough memory: rank 0: the plan needs"))
+            .collect();
+        assert_eq!(said.len(), 1, "{p} ranks: {}", ran.stderr);
+        assert!(said[0].contains("(tensor `a`: "), "{}", said[0]);
+        assert!(!ran.stderr.contains("memory allocation"), "{}", ran.stderr);
+        assert!(!out.exists(), "{p} ranks: nothing is written");
     }
 }

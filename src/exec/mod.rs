@@ -2,6 +2,7 @@
 //! time is the slowest rank's; each kind of step in `steps.rs`), check results, and hand what ran
 //! to the writer.
 
+pub mod memory;
 mod progress;
 mod steps;
 mod write;
@@ -101,6 +102,11 @@ pub fn run(loaded: &Loaded, plan: &Plan, ctx: &Context, opts: &Options) -> Resul
             nvshmem_heap(loaded, plan),
         )?;
         progress.setup("GPU backend up", started.elapsed().as_secs_f64());
+        let room = memory::Room::Device {
+            free: backend.free_memory()?,
+            heap_taken: nvshmem_heap(loaded, plan).map_or(0, |b| b as u64),
+        };
+        memory::preflight(ctx, plan, room)?;
         match run_on(&backend, loaded, plan, ctx, opts, &progress) {
             Ok(passed) => Ok(passed),
             Err(e) => {
@@ -112,6 +118,11 @@ pub fn run(loaded: &Loaded, plan: &Plan, ctx: &Context, opts: &Options) -> Resul
             }
         }
     } else {
+        let room = memory::Room::Host {
+            available: memory::host_available().unwrap_or(u64::MAX),
+            ranks_here: memory::ranks_on_this_host(ctx)?,
+        };
+        memory::preflight(ctx, plan, room)?;
         run_on(
             &Cpu::new(ctx.comm.as_ref()),
             loaded,
@@ -132,12 +143,18 @@ fn run_on<B: Backend>(
     progress: &Progress,
 ) -> Result<bool> {
     let outcome = execute(b, loaded, plan, progress)?;
-    let passed = outcome
-        .steps
-        .iter()
-        .all(|s| s.check.is_none_or(|c| c.passed));
+    let failed: Vec<String> = (outcome.steps.iter())
+        .filter_map(|s| {
+            let c = s.check.filter(|c| !c.passed)?;
+            Some(format!("{} (max error {:.3e})", s.name, c.max_error))
+        })
+        .collect();
     write::write(b, loaded, plan, ctx, opts, outcome, progress)?;
-    Ok(passed)
+    // Quiet runs print nothing else: a failure still gets its line.
+    if opts.quiet && ctx.rank() == 0 && !failed.is_empty() {
+        eprintln!("distrun: check failed: {}", failed.join(", "));
+    }
+    Ok(failed.is_empty())
 }
 
 /// NVSHMEM's symmetric heap where the spec's backends name `nvshmem`: the plan's symmetric

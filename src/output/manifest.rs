@@ -6,7 +6,7 @@ use crate::spec::tensor::{DType, Layout};
 use anyhow::Context;
 use chrono::{DateTime, SecondsFormat, Utc};
 use indexmap::IndexMap;
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::io::{self, Write};
 use std::path::Path;
 
@@ -130,15 +130,46 @@ pub struct TimeStats {
 pub struct CheckRecord {
     /// Whether the check passed.
     pub passed: bool,
-    /// The largest error seen (JSON has no NaN or infinity: they are written as null, and null
-    /// reads back as NaN).
-    #[serde(deserialize_with = "f64_or_nan")]
+    /// The largest error seen. JSON has no NaN or infinity: they are written as the strings
+    /// `"inf"`, `"-inf"` and `"nan"` (and null, which older manifests hold, reads as NaN).
+    #[serde(
+        serialize_with = "number_or_name",
+        deserialize_with = "number_or_named"
+    )]
     pub max_error: f64,
 }
 
-/// Reads a number, or null as NaN.
-fn f64_or_nan<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+/// Writes a finite number as a number, and a non-finite one by its name.
+fn number_or_name<S: Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Error> {
+    match x {
+        x if x.is_finite() => s.serialize_f64(*x),
+        x if x.is_nan() => s.serialize_str("nan"),
+        x if *x > 0.0 => s.serialize_str("inf"),
+        _ => s.serialize_str("-inf"),
+    }
+}
+
+/// Reads a number, a non-finite one's name, or null as NaN.
+fn number_or_named<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Written {
+        Number(f64),
+        Name(String),
+        Null,
+    }
+    match Written::deserialize(d)? {
+        Written::Number(x) => Ok(x),
+        Written::Null => Ok(f64::NAN),
+        Written::Name(name) => match name.as_str() {
+            "inf" => Ok(f64::INFINITY),
+            "-inf" => Ok(f64::NEG_INFINITY),
+            "nan" => Ok(f64::NAN),
+            other => Err(serde::de::Error::custom(format!(
+                "max_error {other:?} is not a number, \"inf\", \"-inf\" or \"nan\""
+            ))),
+        },
+    }
 }
 
 /// One written tensor.

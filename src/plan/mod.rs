@@ -6,7 +6,7 @@ pub mod matmul;
 mod report;
 pub mod resolve;
 
-pub use report::resolved_dist;
+pub use report::{human_bytes, resolved_dist};
 pub use resolve::{Resolved, resolve};
 
 use crate::dist::{Placement, TensorState};

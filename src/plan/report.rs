@@ -25,7 +25,8 @@ pub fn resolved_dist(dist: &Distribution, ndim: usize, ranks: u64) -> Distributi
     }
 }
 
-fn human_bytes(b: u64) -> String {
+/// Bytes for people: `512 B`, `1.5 MiB`, up to TiB with one decimal.
+pub fn human_bytes(b: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = b as f64;
     let mut u = 0;

@@ -106,11 +106,23 @@ pub fn load_file(path: &Path) -> Result<Loaded, InvalidSpec> {
 /// Runs the syntax and schema passes over a spec's text.
 pub fn load_str(name: &str, text: &str, dir: PathBuf) -> Result<Loaded, InvalidSpec> {
     let source = Source::new(name, text);
-    let (value, spans) = match load::parse(text) {
+    let load::Parsed {
+        value,
+        spans,
+        non_finite,
+    } = match load::parse(text) {
         Ok(parsed) => parsed,
         Err(diags) => return Err(InvalidSpec::render(&source, &SpanIndex::default(), &diags)),
     };
-    let diags = schema::check(&value);
+    // A non-finite literal is its own error; the schema's "not a string" there is not another.
+    let mut diags = non_finite;
+    let literal = |d: &Diagnostic| diags.iter().any(|n| n.path == d.path);
+    let schema_diags: Vec<Diagnostic> = schema::check(&value)
+        .into_iter()
+        .filter(|d| !literal(d))
+        .collect();
+    diags.extend(schema_diags);
+    diags.sort_by(|a, b| a.path.cmp(&b.path));
     if !diags.is_empty() {
         // The rest of the spec, repaired around the damage, for the meaning pass.
         let repaired = Repair::new(&value, &diags)

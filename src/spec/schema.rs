@@ -21,8 +21,32 @@ pub fn schema_value() -> &'static Value {
     static SCHEMA: OnceLock<Value> = OnceLock::new();
     SCHEMA.get_or_init(|| {
         let generator = SchemaSettings::draft07().into_generator();
-        generator.into_root_schema_for::<Spec>().to_value()
+        let mut schema = generator.into_root_schema_for::<Spec>().to_value();
+        bound_integers(&mut schema);
+        schema
     })
+}
+
+/// Gives every unsigned integer of a known width its maximum (schemars states only the
+/// minimum), so that a value too large for its field is named out of range at its key.
+fn bound_integers(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            let max = match map.get("format").and_then(Value::as_str) {
+                Some("uint8") => Some(u64::from(u8::MAX)),
+                Some("uint16") => Some(u64::from(u16::MAX)),
+                Some("uint32") => Some(u64::from(u32::MAX)),
+                Some("uint64") => Some(u64::MAX),
+                _ => None,
+            };
+            if let Some(max) = max {
+                map.entry("maximum").or_insert(max.into());
+            }
+            map.values_mut().for_each(bound_integers);
+        }
+        Value::Array(items) => items.iter_mut().for_each(bound_integers),
+        _ => {}
+    }
 }
 
 fn validator() -> &'static jsonschema::Validator {
@@ -44,7 +68,7 @@ pub fn check(doc: &Value) -> Vec<Diagnostic> {
 }
 
 /// What the entry at a path is called in messages: `tensor `a``, `steps[1]`, or its key.
-fn what(path: &KeyPath) -> String {
+pub(super) fn what(path: &KeyPath) -> String {
     use super::diag::Seg;
     match path.0.as_slice() {
         [Seg::Key(t), Seg::Key(name)] if t == "tensors" => format!("tensor `{name}`"),
@@ -166,7 +190,7 @@ fn explain(err: &ValidationError<'_>, doc: &Value, out: &mut Vec<Diagnostic>) {
         | ValidationErrorKind::ExclusiveMaximum { limit } => {
             out.push(Diagnostic::value(
                 path.clone(),
-                format!("{} is {instance}, above the maximum {limit}", what(&path)),
+                format!("{} is {instance}, out of range (max {limit})", what(&path)),
             ));
         }
         ValidationErrorKind::MinItems { limit } => out.push(Diagnostic::value(

@@ -602,11 +602,6 @@ impl Step {
             Step::Barrier(_) => None,
         }
     }
-
-    /// True when the step writes the tensor `name`.
-    pub fn writes(&self, name: &str) -> bool {
-        self.output().is_some_and(|(_, o)| o == name)
-    }
 }
 
 fn out_or_input<'a>(out: &'a Option<String>, input: &'a str) -> (&'static str, &'a str) {

@@ -408,6 +408,12 @@ impl<'a> Cuda<'a> {
         }
     }
 
+    /// Bytes free on this rank's GPU now.
+    pub fn free_memory(&self) -> Result<u64> {
+        let (free, _total) = self.stream.context().mem_get_info()?;
+        Ok(free as u64)
+    }
+
     /// Gives NVSHMEM up without its collective teardown (on an error path, where other ranks
     /// may never reach it).
     pub fn abandon_nvshmem(&mut self) {

@@ -56,14 +56,27 @@ fn field_names_are_the_contracts() {
 }
 
 #[test]
-fn a_non_finite_max_error_reads_back_as_nan() {
+fn a_non_finite_max_error_is_written_by_its_name() {
     let mut m = sample_manifest(Checksum::Xxh3_64);
-    m.steps[0].check = Some(CheckRecord {
-        passed: false,
-        max_error: f64::INFINITY,
-    });
-    let text = serde_json::to_string(&m).unwrap();
-    let back: Manifest = serde_json::from_str(&text).unwrap();
+    for (x, name) in [
+        (f64::INFINITY, "inf"),
+        (f64::NEG_INFINITY, "-inf"),
+        (f64::NAN, "nan"),
+    ] {
+        m.steps[0].check = Some(CheckRecord {
+            passed: false,
+            max_error: x,
+        });
+        let json = serde_json::to_value(&m).unwrap();
+        assert_eq!(json["steps"][0]["check"]["max_error"], name);
+        let back: Manifest = serde_json::from_value(json).unwrap();
+        let read = back.steps[0].check.unwrap().max_error;
+        assert!(read == x || (read.is_nan() && x.is_nan()), "{name}: {read}");
+    }
+    // Older manifests wrote null.
+    let mut json = serde_json::to_value(&m).unwrap();
+    json["steps"][0]["check"]["max_error"] = serde_json::Value::Null;
+    let back: Manifest = serde_json::from_value(json).unwrap();
     assert!(back.steps[0].check.unwrap().max_error.is_nan());
 }
 

@@ -12,10 +12,12 @@ use crate::spec::model::{CommBackend, Device, DeviceMap, ProcessGroup};
 use crate::spec::step::{FftDirection, FftKind, ReduceOp, Step};
 use crate::spec::tensor::{Axis, DType, Distribution, Init, TensorSpec};
 use indexmap::IndexMap;
+use std::collections::HashMap;
 
 mod fft_op;
 mod matmul_op;
 mod movement;
+mod values;
 
 /// Everything known of one tensor.
 #[derive(Debug, Clone)]
@@ -41,8 +43,15 @@ pub struct Resolved {
     pub steps: Vec<StepPlan>,
 }
 
+/// How many errors naming no tensor get a guess at the name meant.
+const GUESSES: usize = 20;
+
 struct Resolver<'a> {
     loaded: &'a Loaded,
+    /// Guesses left (see [`GUESSES`]).
+    guesses: usize,
+    /// The steps that write each name, in order (some may have errors of their own).
+    writers: HashMap<&'a str, Vec<usize>>,
     ranks: Option<u64>,
     tensors: IndexMap<String, TensorInfo>,
     /// The state of each tensor now (tensors not yet written are absent).
@@ -50,15 +59,35 @@ struct Resolver<'a> {
     diags: Vec<Diagnostic>,
 }
 
+/// The most ranks a spec is planned or run for: 2^20, more than any machine has GPUs, and a plan
+/// that still takes about a second.
+pub const MAX_RANKS: u64 = 1 << 20;
+
 /// Runs the meaning checks for a rank count (None: the checks that do not depend on it).
 pub fn resolve(loaded: &Loaded, ranks: Option<u64>) -> Result<Resolved, Vec<Diagnostic>> {
+    let mut writers: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, step) in loaded.spec.steps.iter().enumerate() {
+        if let Some((_, name)) = step.output() {
+            writers.entry(name).or_default().push(i);
+        }
+    }
     let mut r = Resolver {
         loaded,
+        guesses: GUESSES,
+        writers,
         ranks,
         tensors: IndexMap::new(),
         current: IndexMap::new(),
         diags: Vec::new(),
     };
+    if let Some(p) = ranks.filter(|&p| p > MAX_RANKS) {
+        // Nothing is resolved for such a count: a plan holds every rank's pieces.
+        r.ranks = None;
+        // The spec's own runtime.ranks is reported at its key.
+        if loaded.spec.runtime.ranks.map(u64::from) != Some(p) {
+            r.err(too_many_ranks(KeyPath::root(), p));
+        }
+    }
     r.check_runtime();
     r.declare_tensors();
     let steps = loaded
@@ -98,6 +127,15 @@ pub fn byte_size(shape: &[u64], dtype: DType) -> Option<u64> {
         .try_fold(dtype.size(), |acc, &n| acc.checked_mul(n))
 }
 
+/// The error for a rank count above [`MAX_RANKS`].
+fn too_many_ranks(at: KeyPath, p: u64) -> Diagnostic {
+    Diagnostic::value(
+        at,
+        format!("rank count too large: {p} (at most {MAX_RANKS})"),
+    )
+    .help("a plan holds every rank's pieces: plan or run for fewer ranks")
+}
+
 impl Resolver<'_> {
     fn err(&mut self, d: Diagnostic) {
         self.diags.push(d);
@@ -106,6 +144,9 @@ impl Resolver<'_> {
     fn check_runtime(&mut self) {
         let rt = &self.loaded.spec.runtime;
         let here = KeyPath::root().key("runtime");
+        if let Some(p) = rt.ranks.map(u64::from).filter(|&p| p > MAX_RANKS) {
+            self.err(too_many_ranks(here.key("ranks"), p));
+        }
         if let (Some(given), Some(p)) = (rt.ranks, self.ranks)
             && u64::from(given) != p
         {
@@ -177,7 +218,7 @@ impl Resolver<'_> {
             // A declaration with errors still exists for the steps, so that they report their own
             // problems and not a cascade of "no such tensor"; nothing is planned while any error
             // stands.
-            self.check_tensor(t, &KeyPath::root().key("tensors").key(name));
+            self.check_tensor(name, t, &KeyPath::root().key("tensors").key(name));
             let state = t.init.as_ref().map(|_| TensorState {
                 shape: t.shape.clone(),
                 dtype: t.dtype,
@@ -201,7 +242,18 @@ impl Resolver<'_> {
     }
 
     /// Checks one declaration.
-    fn check_tensor(&mut self, t: &TensorSpec, here: &KeyPath) {
+    fn check_tensor(&mut self, name: &str, t: &TensorSpec, here: &KeyPath) {
+        if let Some(message) = values::control_character("tensor", name) {
+            self.err(Diagnostic::key(here.clone(), message));
+        }
+        // A partial tensor's init numbers the stacked [P, *shape].
+        let stacked = match (&t.distribution, self.ranks) {
+            (Some(Distribution::Partial), Some(p)) => p,
+            _ => 1,
+        };
+        let count = t.shape.iter().try_fold(stacked, |n, &s| n.checked_mul(s));
+        self.diags
+            .extend(values::init_problems(t, count.unwrap_or(u64::MAX), here));
         if byte_size(&t.shape, t.dtype).is_none() {
             self.err(
                 Diagnostic::value(
@@ -304,15 +356,12 @@ impl Resolver<'_> {
             self.tensors[name].used_by.push(step);
             return Some(state);
         }
-        let writes = |s: &Step| s.writes(name);
+        let writers = self.writers.get(name).map_or(&[][..], Vec::as_slice);
         // An earlier step that writes it has errors of its own: no second report.
-        if self.loaded.spec.steps[..step].iter().any(writes) {
+        if writers.first().is_some_and(|&j| j < step) {
             return None;
         }
-        let later = self.loaded.spec.steps[step + 1..]
-            .iter()
-            .position(writes)
-            .map(|j| j + step + 1);
+        let later = writers.iter().copied().find(|&j| j > step);
         let d = if self.loaded.spec.tensors.contains_key(name) {
             match later {
                 Some(j) => Diagnostic::value(
@@ -334,19 +383,10 @@ impl Resolver<'_> {
             )
             .help("steps run in order: move this step after the one that writes it")
         } else {
-            let mut known: Vec<&str> = self.tensors.keys().map(String::as_str).collect();
-            known.extend(
-                self.current
-                    .keys()
-                    .map(String::as_str)
-                    .filter(|n| !self.tensors.contains_key(*n)),
-            );
             let d = Diagnostic::value(here, format!("no tensor named `{name}`"));
-            let list = known.join(", ");
-            match did_you_mean(name, &known) {
-                Some(best) => d.help(format!("did you mean `{best}`? known tensors: {list}")),
-                None if known.is_empty() => d.help("declare it under [tensors]"),
-                None => d.help(format!("known tensors: {list}")),
+            match self.tensors.is_empty() {
+                true => d.help("declare it under [tensors]"),
+                false => self.name_hint(d, name),
             }
         };
         self.err(d);
@@ -450,6 +490,12 @@ impl Resolver<'_> {
     }
 
     fn step(&mut self, i: usize, step: &Step) -> StepPlan {
+        if let Some(name) = &step.common().name
+            && let Some(message) = values::control_character("step name", name)
+        {
+            let at = KeyPath::root().key("steps").index(i).key("name");
+            self.err(Diagnostic::value(at, message));
+        }
         let info = StepPlan {
             op: step.op(),
             name: step
@@ -495,9 +541,23 @@ impl Resolver<'_> {
         info
     }
 
+    /// The hint of an error naming no tensor: a guess among the tensors (for the first
+    /// [`GUESSES`] such errors: a guess reads every name) and the first of their names.
+    fn name_hint(&mut self, d: Diagnostic, name: &str) -> Diagnostic {
+        let names = self.tensors.keys().map(String::as_str);
+        let guess = match self.guesses {
+            0 => None,
+            _ => {
+                self.guesses -= 1;
+                let all: Vec<&str> = self.tensors.keys().map(String::as_str).collect();
+                did_you_mean(name, &all).map(str::to_string)
+            }
+        };
+        d.listing(guess.as_deref(), names, self.tensors.len(), "known tensors")
+    }
+
     fn check_output(&mut self) {
         let here = KeyPath::root().key("output").key("tensors");
-        let names: Vec<String> = self.tensors.keys().cloned().collect();
         for (j, name) in self.loaded.spec.output.tensors.iter().enumerate() {
             if name.is_empty() || name.starts_with('.') || name.contains(['/', '\\']) {
                 self.err(
@@ -511,8 +571,7 @@ impl Resolver<'_> {
             }
             let written = self.tensors.get(name).is_some_and(|t| !t.states.is_empty());
             // A tensor whose writing step has errors of its own needs no second report.
-            let attempted = self.loaded.spec.steps.iter().any(|s| s.writes(name));
-            if written || attempted {
+            if written || self.writers.contains_key(name.as_str()) {
                 continue;
             }
             let d = if self.tensors.contains_key(name) {
@@ -523,8 +582,8 @@ impl Resolver<'_> {
                     ),
                 )
             } else {
-                Diagnostic::value(here.index(j), format!("no tensor named `{name}`"))
-                    .choices(name, &names)
+                let d = Diagnostic::value(here.index(j), format!("no tensor named `{name}`"));
+                self.name_hint(d, name)
             };
             self.err(d);
         }
