@@ -5,6 +5,9 @@
   check-jsonschema validating the same file against the same schema (schema pass only).
 - `distrun plan --ranks 4096` of specs/gemm_block_cyclic.toml (local shapes of 4096 ranks,
   algorithm choice, heap), table and JSON.
+- `distrun validate` of a 10 MB spec of 170,000 tensors, against Python's own `tomllib` only
+  parsing the same file (no schema, no meaning); and of a spec with 60,000 misspelled names on
+  one line (every error reported).
 
 Times are wall-clock medians of whole process runs (start to exit). Run from the repository root
 after `cargo build --release`: python3 bench/cli_speed.py
@@ -37,14 +40,25 @@ def spec_with_steps(n):
     return "\n".join(lines)
 
 
-def median_time(cmd, runs):
+def spec_with_tensors(n, misspelled_outputs=False):
+    """n small tensors; with misspelled_outputs, an output list naming none of them."""
+    lines = ['[job]', 'name = "many-tensors"']
+    for i in range(n):
+        lines += [f'[tensors.tensor_{i}]', 'shape = [8, 8]', 'dtype = "f32"', 'init = "ones"', '']
+    lines += ['[[steps]]', 'op = "barrier"']
+    if misspelled_outputs:
+        lines += ['[output]', 'tensors = [' + ','.join(f'"tensr_{i}"' for i in range(n)) + ']']
+    return "\n".join(lines) + "\n"
+
+
+def median_time(cmd, runs, code=0):
     times = []
     for _ in range(runs):
         t0 = time.perf_counter()
         r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         times.append(time.perf_counter() - t0)
-        if r.returncode != 0:
-            sys.exit(f"{' '.join(cmd)} failed: {r.stderr.decode()}")
+        if r.returncode != code:
+            sys.exit(f"{' '.join(cmd)} failed: {r.stderr.decode()[:2000]}")
     return statistics.median(times)
 
 
@@ -60,6 +74,20 @@ def main():
         if os.path.exists(CHECK):
             c = median_time([CHECK, "--schemafile", SCHEMA, spec], 5)
             print(f"check-jsonschema, same file (schema only):      {c*1e3:7.1f} ms   ratio {c/v:.1f}x")
+        big = os.path.join(tmp, "big.toml")
+        with open(big, "w") as f:
+            f.write(spec_with_tensors(170_000))
+        mb = os.path.getsize(big) / 1e6
+        v = median_time([DISTRUN, "validate", big], 5)
+        print(f"distrun validate, {mb:.1f} MB, 170,000 tensors:    {v*1e3:7.1f} ms")
+        t = median_time([sys.executable, "-c",
+                         f"import tomllib; tomllib.load(open({big!r}, 'rb'))"], 3)
+        print(f"python tomllib, same file (parse only):         {t*1e3:7.1f} ms   ratio {t/v:.1f}x")
+        bad = os.path.join(tmp, "bad.toml")
+        with open(bad, "w") as f:
+            f.write(spec_with_tensors(60_000, misspelled_outputs=True))
+        e = median_time([DISTRUN, "validate", bad], 3, code=2)
+        print(f"distrun validate, 60,000 errors on one line:     {e*1e3:7.1f} ms")
     bc = os.path.join(ROOT, "specs", "gemm_block_cyclic.toml")
     p = median_time([DISTRUN, "plan", bc, "--ranks", "4096"], 20)
     print(f"distrun plan --ranks 4096 gemm_block_cyclic (table): {p*1e3:7.1f} ms")
