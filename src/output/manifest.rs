@@ -27,6 +27,10 @@ pub struct Manifest {
     pub spec: serde_json::Value,
     /// SHA-256 of the spec file's bytes, 64 hex digits (no algorithm prefix).
     pub spec_sha256: String,
+    /// The spec file's text: what `spec_sha256` hashes and `spec` was made from (absent from
+    /// manifests written before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_text: Option<String>,
     /// How many ranks ran.
     pub ranks: u64,
     /// Where each rank ran, indexed by rank.
