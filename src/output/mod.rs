@@ -12,6 +12,7 @@
 pub mod checksum;
 pub mod manifest;
 pub mod npy;
+pub mod plain;
 pub mod rundir;
 pub mod verify;
 
