@@ -44,7 +44,8 @@ enum Command {
         #[arg(long, value_parser = ["auto", "cpu", "cuda"])]
         device: Option<String>,
     },
-    /// Re-hash every file a run directory's manifest names. Exit 0, or 3 naming what differs.
+    /// Check a run directory against its manifest: every file, checksum and cross-check. Exit 0,
+    /// or 3 naming each thing that does not verify.
     #[command(after_help = "Example:\n  distrun verify runs/allreduce-20261121T173045Z")]
     Verify {
         /// A run directory (holding manifest.json).
@@ -143,14 +144,8 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
                     return Ok(ExitCode::from(EXIT_CHECK));
                 }
             };
-            for (file, want, got) in &report.mismatches {
-                eprintln!(
-                    "{}: {file}: checksum {got}, the manifest says {want}",
-                    run_dir.display()
-                );
-            }
-            for file in &report.missing {
-                eprintln!("{}: {file}: missing", run_dir.display());
+            for finding in &report.findings {
+                eprintln!("{}: {finding}", run_dir.display());
             }
             if report.ok() {
                 println!("{}: {} files verified", run_dir.display(), report.checked);

@@ -348,6 +348,11 @@ fn redistribution_matrix_at_1_to_4_ranks_keeps_values_and_checksums() {
         let ran = run_at(p, &spec, &out);
         assert_eq!(ran.code, 0, "{p} ranks:\n{}", ran.stderr);
         assert_checks_passed(&out);
+        // verify recomputes every global checksum from the shards, whatever their distribution.
+        Distrun::new()
+            .args(["verify", out.to_str().unwrap()])
+            .run()
+            .code(0);
         let m = manifest(&out);
         for (name, t) in m["tensors"].as_object().unwrap() {
             let (shape, v) = read_npy(&out.join(format!("{name}.npy")));

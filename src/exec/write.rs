@@ -17,7 +17,7 @@ use crate::output::rundir::{RunDir, default_path};
 use crate::plan::{Plan, resolved_dist};
 use crate::runtime::Context;
 use crate::spec::Loaded;
-use crate::spec::model::{CommBackend, Device, Spec};
+use crate::spec::model::Device;
 use crate::spec::tensor::{Distribution, Layout};
 use anyhow::{Context as _, Result};
 use indexmap::IndexMap;
@@ -187,24 +187,6 @@ fn global<B: Backend>(
     Ok((b.rank() == 0).then(|| (state.shape.clone(), whole)))
 }
 
-/// The spec as it ran: the device the steps ran on, the backends it defaults to there, and each
-/// tensor's distribution as resolved where the spec left it out.
-fn as_run(spec: &Spec, plan: &Plan, device: Device) -> Spec {
-    let mut spec = spec.clone();
-    spec.runtime.device = device;
-    spec.runtime.backends.get_or_insert_with(|| match device {
-        Device::Cuda => vec![CommBackend::Nccl],
-        _ => vec![CommBackend::Mpi],
-    });
-    for (name, t) in spec.tensors.iter_mut() {
-        if let (None, Some(p)) = (&t.distribution, plan.tensors.get(name)) {
-            let s = &p.state;
-            t.distribution = Some(resolved_dist(&s.dist, s.shape.len(), plan.ranks));
-        }
-    }
-    spec
-}
-
 fn manifest<B: Backend>(
     loaded: &Loaded,
     plan: &Plan,
@@ -282,7 +264,12 @@ fn manifest<B: Backend>(
         distrun_version: env!("CARGO_PKG_VERSION").to_string(),
         started_utc: manifest::utc_string(outcome.started),
         finished_utc: manifest::utc_string(chrono::Utc::now()),
-        spec: serde_json::to_value(as_run(spec, plan, device)).expect("a spec serializes"),
+        spec: serde_json::to_value(spec.as_run(device, |name| {
+            let s = &plan.tensors.get(name)?.state;
+            Some(resolved_dist(&s.dist, s.shape.len(), plan.ranks))
+        }))
+        .expect("a spec serializes"),
+        spec_text: Some(loaded.source.text.clone()),
         spec_sha256: {
             let mut h = Hasher::new(crate::spec::model::Checksum::Sha256);
             h.update(loaded.source.text.as_bytes());

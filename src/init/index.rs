@@ -44,6 +44,20 @@ impl Coords {
         }
     }
 
+    /// The local coordinates whose global ones lie in `[lo, hi)` (a range: the global ones
+    /// increase).
+    pub fn within(&self, lo: u64, hi: u64) -> std::ops::Range<u64> {
+        match self {
+            Coords::Range { start, len } => {
+                lo.saturating_sub(*start).min(*len)..hi.saturating_sub(*start).min(*len)
+            }
+            Coords::List(list) => {
+                let at = |x: u64| list.partition_point(|&g| g < x) as u64;
+                at(lo)..at(hi)
+            }
+        }
+    }
+
     /// The runs of consecutive global coordinates: (first local, first global, length).
     pub fn runs(&self) -> Vec<(u64, u64, u64)> {
         match self {

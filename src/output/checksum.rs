@@ -56,11 +56,15 @@ impl Hasher {
 
 /// The checksum of a file's bytes, read in large pieces.
 pub fn hash_file(path: &Path, algorithm: Checksum) -> io::Result<String> {
-    let mut file = File::open(path)?;
+    hash_reader(File::open(path)?, algorithm)
+}
+
+/// The checksum of everything `reader` gives, read in large pieces.
+pub fn hash_reader(mut reader: impl Read, algorithm: Checksum) -> io::Result<String> {
     let mut hasher = Hasher::new(algorithm);
     let mut buf = vec![0u8; FILE_BUFFER];
     loop {
-        match file.read(&mut buf) {
+        match reader.read(&mut buf) {
             Ok(0) => return Ok(hasher.finish()),
             Ok(n) => hasher.update(&buf[..n]),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

@@ -1,9 +1,10 @@
 //! Test fixtures: scratch directories and a sample manifest.
 
+use super::checksum::Hasher;
 use super::manifest::{
     CheckRecord, Manifest, RankInfo, ShardRecord, StepRecord, TensorRecord, TimeStats,
 };
-use crate::spec::model::Checksum;
+use crate::spec::model::{Checksum, Device};
 use crate::spec::tensor::{DType, Layout};
 use indexmap::IndexMap;
 use std::path::{Path, PathBuf};
@@ -37,9 +38,25 @@ impl Drop for TestDir {
     }
 }
 
+/// The text of the spec [`sample_manifest`] records, for `algorithm`.
+pub fn sample_spec_text(algorithm: Checksum) -> String {
+    let checksum = serde_json::to_value(algorithm).unwrap();
+    format!(
+        "[job]\nname = \"sample\"\n\n[tensors.a]\nshape = [4, 2]\ndtype = \"f32\"\n\
+         distribution = {{ slab = 0 }}\ninit = {{ arange = {{ start = 0, step = 1 }} }}\n\n\
+         [output]\ntensors = [\"a\"]\ngather = true\nchecksum = {checksum}\n"
+    )
+}
+
 /// A manifest for two ranks with one step and one written tensor `a` (f32, shape [4, 2], slab 0)
-/// whose shards are `a.rank0.npy`, `a.rank1.npy` and gathered file `a.npy`, checksums left empty.
+/// whose shards are `a.rank0.npy`, `a.rank1.npy` and gathered file `a.npy`, checksums left empty;
+/// its spec, text and hash are those of [`sample_spec_text`] run on the CPU.
 pub fn sample_manifest(algorithm: Checksum) -> Manifest {
+    let text = sample_spec_text(algorithm);
+    let loaded = crate::spec::load_str("sample.toml", &text, PathBuf::new()).unwrap();
+    let spec = loaded.spec.as_run(Device::Cpu, |_| None);
+    let mut sha = Hasher::new(Checksum::Sha256);
+    sha.update(text.as_bytes());
     let mut tensors = IndexMap::new();
     tensors.insert(
         "a".to_string(),
@@ -64,8 +81,9 @@ pub fn sample_manifest(algorithm: Checksum) -> Manifest {
         distrun_version: env!("CARGO_PKG_VERSION").to_string(),
         started_utc: "2026-11-21T17:30:45.000Z".to_string(),
         finished_utc: "2026-11-21T17:30:47.500Z".to_string(),
-        spec: serde_json::json!({"job": {"name": "sample", "seed": 0}}),
-        spec_sha256: "0".repeat(64),
+        spec: serde_json::to_value(spec).unwrap(),
+        spec_sha256: sha.finish().trim_start_matches("sha256:").to_string(),
+        spec_text: Some(text),
         ranks: 2,
         rank_info: (0..2)
             .map(|rank| RankInfo {

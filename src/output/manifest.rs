@@ -1,5 +1,6 @@
 //! `manifest.json`: what a run was, how it went, and every file it wrote with its checksum.
 
+use super::plain::open_plain;
 use super::rundir::RunDir;
 use crate::spec::model::Checksum;
 use crate::spec::tensor::{DType, Layout};
@@ -27,6 +28,10 @@ pub struct Manifest {
     pub spec: serde_json::Value,
     /// SHA-256 of the spec file's bytes, 64 hex digits (no algorithm prefix).
     pub spec_sha256: String,
+    /// The spec file's text: what `spec_sha256` hashes and `spec` was made from (absent from
+    /// manifests written before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_text: Option<String>,
     /// How many ranks ran.
     pub ranks: u64,
     /// Where each rank ran, indexed by rank.
@@ -224,10 +229,13 @@ pub fn write_manifest(rundir: &RunDir, m: &Manifest) -> io::Result<()> {
     })
 }
 
-/// Reads `manifest.json` from a run directory.
+/// Reads `manifest.json` from a run directory (a plain file: never through a link, a FIFO or a
+/// device).
 pub fn read_manifest(dir: &Path) -> anyhow::Result<Manifest> {
     let path = dir.join(MANIFEST_FILE);
-    let text = std::fs::read_to_string(&path)
+    let text = open_plain(dir, MANIFEST_FILE)
+        .map_err(io::Error::from)
+        .and_then(io::read_to_string)
         .with_context(|| format!("cannot read {}", path.display()))?;
     serde_json::from_str(&text)
         .with_context(|| format!("{} is not a distrun manifest", path.display()))

@@ -12,6 +12,7 @@
 pub mod checksum;
 pub mod manifest;
 pub mod npy;
+pub mod plain;
 pub mod rundir;
 pub mod verify;
 
@@ -22,4 +23,4 @@ pub use checksum::{Hasher, hash_file};
 pub use manifest::{Manifest, read_manifest, write_manifest};
 pub use npy::{write_npy, write_npy_in, write_npy_to};
 pub use rundir::RunDir;
-pub use verify::{VerifyReport, verify};
+pub use verify::{Finding, VerifyReport, verify};

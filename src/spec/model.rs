@@ -1,7 +1,7 @@
 //! The top of a spec: job, runtime, tensors, steps, output.
 
 use super::step::Step;
-use super::tensor::TensorSpec;
+use super::tensor::{Distribution, TensorSpec};
 use indexmap::IndexMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -25,6 +25,25 @@ pub struct Spec {
     /// What the run writes.
     #[serde(default)]
     pub output: Output,
+}
+
+impl Spec {
+    /// The spec as it ran on `device`: that device, the backends it defaults to there, and for
+    /// each tensor whose distribution it leaves out, the one `resolved` gives (the plan's).
+    pub fn as_run(&self, device: Device, resolved: impl Fn(&str) -> Option<Distribution>) -> Spec {
+        let mut spec = self.clone();
+        spec.runtime.device = device;
+        spec.runtime.backends.get_or_insert_with(|| match device {
+            Device::Cuda => vec![CommBackend::Nccl],
+            _ => vec![CommBackend::Mpi],
+        });
+        for (name, t) in spec.tensors.iter_mut() {
+            if t.distribution.is_none() {
+                t.distribution = resolved(name);
+            }
+        }
+        spec
+    }
 }
 
 /// `[job]`.

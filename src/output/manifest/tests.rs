@@ -32,6 +32,7 @@ fn field_names_are_the_contracts() {
             "ranks",
             "spec",
             "spec_sha256",
+            "spec_text",
             "started_utc",
             "steps",
             "tensors"
