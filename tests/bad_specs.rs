@@ -4,6 +4,7 @@
 
 mod common;
 use common::*;
+use std::process::Command;
 
 #[test]
 fn every_bad_spec_reports_its_errors_with_positions() {
@@ -183,4 +184,60 @@ fn many_errors_on_a_long_line_print_short_reports() {
         "{}",
         &ran.stderr[ran.stderr.len() - 600..]
     );
+}
+
+#[test]
+fn a_fifo_is_refused_without_blocking_by_validate_and_run() {
+    let spec = temp_spec(
+        "fifo",
+        "[job]\nname = \"fifo\"\n[tensors.w]\nshape = [4]\ndtype = \"f32\"\ninit = { npy = \"w.npy\" }\n",
+    );
+    let dir = spec.parent().unwrap();
+    let fifo = dir.join("w.npy");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let spec = spec.to_str().unwrap();
+    let out = dir.join("out");
+    let run = ["run", spec, "--device=cpu", "--out", out.to_str().unwrap()];
+    for args in [&["validate", spec][..], &run] {
+        // `timeout` ends a distrun blocked on the FIFO (exit 124) rather than the test hanging.
+        let ran = Command::new("timeout")
+            .arg("20")
+            .arg(env!("CARGO_BIN_EXE_distrun"))
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&ran.stderr);
+        assert_eq!(ran.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("w.npy is not a regular file but a FIFO"),
+            "{args:?}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn run_refuses_bad_npy_files_as_validate_does() {
+    let out = temp_dir("bad-npy-run");
+    let ran = Distrun::new()
+        .args(["run", "tests/bad/npy_files.toml", "--device=cpu", "--out"])
+        .args([out.join("run").to_str().unwrap()])
+        .run()
+        .code(2);
+    for needle in [
+        "data/nested.npy is not a .npy distrun reads",
+        "data/structured.npy holds a structured dtype",
+        "data/truncated.npy is truncated: needs 144 bytes, has 138",
+    ] {
+        assert!(
+            ran.stderr.contains(needle),
+            "no {needle:?} in:\n{}",
+            ran.stderr
+        );
+    }
 }

@@ -3,9 +3,8 @@
 
 use super::index::IndexMap;
 use crate::dist::TensorState;
-use crate::spec::npy::{descr, descrs};
-use anyhow::{Context, Result, bail};
-use std::fs::File;
+use crate::spec::npy::{descrs, open};
+use anyhow::{Context, Result, anyhow, bail};
 use std::io::{BufReader, Read, Seek};
 use std::path::Path;
 
@@ -14,16 +13,11 @@ const BUFFER: usize = 1 << 16;
 
 /// Reads `map`'s piece of the tensor `state` from the .npy file at `path`.
 pub fn read_local(path: &Path, state: &TensorState, map: &IndexMap) -> Result<Vec<u8>> {
-    let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let (header, file) = open(path).map_err(|e| anyhow!(e.message))?;
     let mut reader = BufReader::with_capacity(BUFFER, file);
-    let header = npyz::NpyHeader::from_reader(&mut reader)
-        .with_context(|| format!("{} is not a .npy file", path.display()))?;
-    let data_start = reader
-        .stream_position()
-        .with_context(|| format!("cannot read {}", path.display()))?;
-    let descr = descr(&header.dtype());
+    let descr = header.descr.as_str();
     let accepted = descrs(state.dtype);
-    if !accepted.contains(&descr.as_str()) {
+    if !accepted.contains(&descr) {
         bail!(
             "{} holds {descr} data, but the tensor is {} (expected {})",
             path.display(),
@@ -31,11 +25,11 @@ pub fn read_local(path: &Path, state: &TensorState, map: &IndexMap) -> Result<Ve
             accepted.join(" or ")
         );
     }
-    if header.shape() != map.global.as_slice() {
+    if header.shape != map.global {
         bail!(
             "{} holds an array of shape {:?}, but the tensor needs {:?}{}",
             path.display(),
-            header.shape(),
+            header.shape,
             map.global,
             if map.global.len() > state.shape.len() {
                 " (a partial tensor reads [ranks, *shape])"
@@ -44,9 +38,8 @@ pub fn read_local(path: &Path, state: &TensorState, map: &IndexMap) -> Result<Ve
             }
         );
     }
-    let fortran = header.order() == npyz::Order::Fortran;
     let size = state.dtype.size() as usize;
-    read_piece(&mut reader, data_start, fortran, size, map)
+    read_piece(&mut reader, header.data_start, header.fortran, size, map)
         .with_context(|| format!("cannot read {}", path.display()))
 }
 

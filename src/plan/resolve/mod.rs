@@ -289,10 +289,7 @@ impl Resolver<'_> {
         let header = match crate::spec::npy::read_header(&path) {
             Ok(h) => h,
             Err(e) => {
-                self.err(
-                    Diagnostic::value(here.clone(), e)
-                        .help("the path is relative to the spec file's directory"),
-                );
+                self.err(Diagnostic::value(here.clone(), e.message).help(e.help));
                 return;
             }
         };
