@@ -289,20 +289,20 @@ fn plan_needs_a_rank_count() {
         "{}",
         ran.stderr
     );
-    // No rank count below 1 or above 2^20, for plan or validate: refused at once (a plan for
+    // No rank count below 1 or above 2^17, for plan or validate: refused at once (a plan for
     // 2^64 - 1 ranks would allocate per rank).
     for command in ["plan", "validate"] {
         for (ranks, says) in [
-            ("0", "a rank count is a whole number from 1 to 1048576"),
-            ("1048577", "rank count too large (at most 1048576)"),
-            ("4294967296", "rank count too large (at most 1048576)"),
+            ("0", "a rank count is a whole number from 1 to 131072"),
+            ("131073", "rank count too large (at most 131072)"),
+            ("4294967296", "rank count too large (at most 131072)"),
             (
                 "18446744073709551615",
-                "rank count too large (at most 1048576)",
+                "rank count too large (at most 131072)",
             ),
             (
                 "18446744073709551616",
-                "rank count too large (at most 1048576)",
+                "rank count too large (at most 131072)",
             ),
         ] {
             let ran = Distrun::new()
@@ -314,7 +314,7 @@ fn plan_needs_a_rank_count() {
     }
     // The largest count plans in about a second.
     Distrun::new()
-        .args(["plan", "specs/gemm.toml", "--ranks", "1048576"])
+        .args(["plan", "specs/gemm.toml", "--ranks", "131072"])
         .run()
         .code(0);
 }

@@ -11,13 +11,14 @@
 //! ```text
 //! cargo test --release --test fuzz -- --target npy --inputs 1000000 --seed 7
 //!   --target NAME     one target (default: all)
-//!   --inputs N        inputs per target, the seeds included (default 300000)
+//!   --inputs N        inputs per target, the seeds included (default: the target's own)
 //!   --seed N          the random seed (default 1)
 //!   --replay FILE     run one saved input of --target again
 //! ```
 
 mod mutate;
 mod npy;
+mod spec;
 
 use mutate::{Pool, Rand, mutate};
 use rand::SeedableRng;
@@ -40,6 +41,10 @@ pub trait Target: Sync {
     fn dictionary(&self) -> &'static [&'static [u8]] {
         &[]
     }
+    /// Inputs a run takes without `--inputs`: a few seconds' worth in a debug build.
+    fn default_inputs(&self) -> usize {
+        300_000
+    }
     /// The directory of the seed inputs.
     fn corpus(&self) -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -49,7 +54,7 @@ pub trait Target: Sync {
 }
 
 /// Every target, one line each.
-const TARGETS: &[&dyn Target] = &[&npy::Npy];
+const TARGETS: &[&dyn Target] = &[&npy::Npy, &spec::Spec];
 
 /// The longest an input may run.
 const LIMIT: Duration = Duration::from_secs(1);
@@ -59,7 +64,7 @@ const SHOWN: usize = 1024;
 
 struct Options {
     target: Option<String>,
-    inputs: usize,
+    inputs: Option<usize>,
     seed: u64,
     replay: Option<PathBuf>,
 }
@@ -68,7 +73,7 @@ struct Options {
 fn options() -> Option<Options> {
     let mut o = Options {
         target: None,
-        inputs: 300_000,
+        inputs: None,
         seed: 1,
         replay: None,
     };
@@ -77,7 +82,7 @@ fn options() -> Option<Options> {
         let mut value = || args.next().unwrap_or_else(|| panic!("{a} needs a value"));
         match a.as_str() {
             "--target" => o.target = Some(value()).filter(|t| t != "all"),
-            "--inputs" => o.inputs = value().parse().expect("--inputs N"),
+            "--inputs" => o.inputs = Some(value().parse().expect("--inputs N")),
             "--seed" => o.seed = value().parse().expect("--seed N"),
             "--replay" => o.replay = Some(PathBuf::from(value())),
             // libtest's own flags, which `cargo test` may pass to every test binary.
@@ -113,13 +118,14 @@ fn main() {
     }
 }
 
-/// Runs `o.inputs` inputs through `target`: the seeds, then mutants of them; returns the
-/// number of failing inputs.
+/// Runs `o.inputs` inputs (or the target's default) through `target`: the seeds, then mutants
+/// of them; returns the number of failing inputs.
 fn fuzz(target: &'static dyn Target, o: &Options) -> usize {
+    let count = o.inputs.unwrap_or_else(|| target.default_inputs());
     let corpus = seeds(target);
     let name_hash = xxhash_rust::xxh3::xxh3_64(target.name().as_bytes());
     let mut rng = Rand::seed_from_u64(o.seed ^ name_hash);
-    let inputs = (0..o.inputs).map(move |i| match corpus.get(i) {
+    let inputs = (0..count).map(move |i| match corpus.get(i) {
         Some(seed) => seed.clone(),
         None => {
             let mut input = corpus.choose(&mut rng).unwrap().clone();
@@ -137,8 +143,8 @@ fn fuzz(target: &'static dyn Target, o: &Options) -> usize {
     println!(
         "fuzz {}: {} inputs in {secs:.1} s ({:.0}/s), seed {}, {failures} failures at {places} places",
         target.name(),
-        o.inputs,
-        o.inputs as f64 / secs,
+        count,
+        count as f64 / secs,
         o.seed,
     );
     failures

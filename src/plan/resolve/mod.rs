@@ -59,9 +59,9 @@ struct Resolver<'a> {
     diags: Vec<Diagnostic>,
 }
 
-/// The most ranks a spec is planned or run for: 2^20, more than any machine has GPUs, and a plan
-/// that still takes about a second.
-pub const MAX_RANKS: u64 = 1 << 20;
+/// The most ranks a spec is planned or run for: 2^17 (131,072), more than the largest machines
+/// have GPUs (Frontier: 75,264 GCDs), and a plan that takes a fraction of a second.
+pub const MAX_RANKS: u64 = 1 << 17;
 
 /// Runs the meaning checks for a rank count (None: the checks that do not depend on it).
 pub fn resolve(loaded: &Loaded, ranks: Option<u64>) -> Result<Resolved, Vec<Diagnostic>> {
