@@ -7,7 +7,7 @@
 //! signal again. A signal that the process inherited as ignored (`nohup`, a background job of a
 //! non-interactive shell) stays ignored.
 
-use std::io;
+use std::io::{self, Write};
 use std::os::raw::{c_int, c_void};
 use std::sync::Once;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -94,7 +94,9 @@ fn watch(fd: c_int) {
 /// fails).
 fn end_by(sig: c_int) -> ! {
     for dir in crate::output::rundir::remove_uncommitted() {
-        eprintln!(
+        // Not eprintln!, which panics where the launcher has closed stderr already.
+        let _ = writeln!(
+            io::stderr(),
             "distrun: {}: removed the unfinished run directory {}",
             name(sig),
             dir.display()
