@@ -1,4 +1,5 @@
-//! The command line: `run` (also a bare spec path), `validate`, `plan`, `schema`, `verify`.
+//! The command line: `run` (also a bare spec path), `validate`, `plan`, `schema`, `verify`,
+//! `clean`.
 
 use crate::plan;
 use crate::spec::{self, InvalidSpec};
@@ -14,7 +15,7 @@ pub const EXIT_INVALID: u8 = 2;
     name = "distrun",
     version,
     about = "Distributed tensor work (matmul, FFT, redistribution, collectives) from a TOML spec",
-    after_help = "Examples:\n  distrun specs/allreduce.toml                  (same as distrun run SPEC)\n  mpiexec -n 4 distrun specs/collectives.toml\n  distrun validate specs/*.toml\n  distrun plan specs/gemm.toml --ranks 4\n  distrun verify runs/allreduce-20261121T173045Z\n  distrun schema --output schemas/distrun.schema.json"
+    after_help = "Examples:\n  distrun specs/allreduce.toml                  (same as distrun run SPEC)\n  mpiexec -n 4 distrun specs/collectives.toml\n  distrun validate specs/*.toml\n  distrun plan specs/gemm.toml --ranks 4\n  distrun verify runs/allreduce-20261121T173045Z\n  distrun clean runs\n  distrun schema --output schemas/distrun.schema.json"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -31,7 +32,8 @@ enum Command {
     Run {
         /// Spec file.
         spec: PathBuf,
-        /// Write the run directory here (default: <output.dir>/<job.name>-<UTC timestamp>).
+        /// Write the run directory here (default: <output.dir>/<job.name>-<UTC timestamp>): a new
+        /// name in a writable directory, checked before anything runs.
         #[arg(long)]
         out: Option<PathBuf>,
         /// Print only errors.
@@ -77,6 +79,19 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Remove the unfinished run directories that killed runs of this host left in DIR.
+    ///
+    /// A run directory is written as DIR/.NAME.partial-HOST-PID-N and renamed when done; a run
+    /// ended by SIGKILL (or a crash) leaves it behind (SIGINT and SIGTERM remove it). Those whose
+    /// process no longer runs on this host are removed, each named; those of running processes
+    /// and of other hosts are kept. Every run does the same in its own parent directory. Exit 0,
+    /// or 1 where DIR cannot be read or a directory cannot be removed.
+    #[command(after_help = "Example:\n  distrun clean\n  distrun clean /scratch/runs")]
+    Clean {
+        /// Where run directories go: output.dir (default runs), or the parent of an --out.
+        #[arg(default_value = "runs")]
+        dir: PathBuf,
+    },
     /// Print the JSON schema of specs (what schemas/distrun.schema.json holds).
     #[command(after_help = "Example:\n  distrun schema --output schemas/distrun.schema.json")]
     Schema {
@@ -89,7 +104,9 @@ enum Command {
 /// Exit status for a run whose check failed, or a run directory that does not verify.
 pub const EXIT_CHECK: u8 = 3;
 
-const COMMANDS: [&str; 6] = ["run", "validate", "plan", "schema", "verify", "help"];
+const COMMANDS: [&str; 7] = [
+    "run", "validate", "plan", "schema", "verify", "clean", "help",
+];
 
 /// `distrun SPEC ...` is `distrun run SPEC ...`.
 fn with_run_implied(mut args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
@@ -185,6 +202,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
                 Ok(ExitCode::from(EXIT_INVALID))
             }
         },
+        Command::Clean { dir } => clean(&dir),
         Command::Schema { output } => {
             let text = spec::schema::schema_json();
             match output {
@@ -195,6 +213,26 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// `distrun clean DIR`: removes the stale partial directories in DIR, naming each, and names the
+/// running processes' ones it keeps.
+fn clean(dir: &std::path::Path) -> anyhow::Result<ExitCode> {
+    use crate::output::rundir::stale;
+    let found =
+        stale::partials(dir).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", dir.display()))?;
+    for p in &found {
+        if p.alive {
+            println!("kept {}: process {} is running", p.path.display(), p.pid);
+        } else {
+            stale::remove(p)?;
+            println!("removed {}: process {} has ended", p.path.display(), p.pid);
+        }
+    }
+    if found.is_empty() {
+        println!("{}: no unfinished run directories", dir.display());
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Loads a spec file (syntax, schema); where the schema fails, the report also has the meaning
@@ -301,15 +339,6 @@ fn run_spec(path: &std::path::Path, device: Option<&str>, opts: &crate::exec::Op
         },
         None => None,
     };
-    if let Some(out) = opts.out.as_ref().filter(|o| o.exists()) {
-        if first {
-            eprintln!(
-                "distrun: {} already exists: choose another --out; nothing was run",
-                out.display()
-            );
-        }
-        return ExitCode::FAILURE;
-    }
     if let Err(e) = crate::exec::preflight(&loaded) {
         if first {
             eprintln!("distrun: {e:#}");
@@ -335,6 +364,15 @@ fn run_spec(path: &std::path::Path, device: Option<&str>, opts: &crate::exec::Op
             return ExitCode::from(EXIT_INVALID);
         }
     };
+    if let Err(e) = crate::runtime::signals::install() {
+        ctx.fail(&anyhow::Error::from(e).context("cannot catch SIGINT and SIGTERM"));
+    }
+    if let Err(e) = crate::exec::check_output(&loaded, &plan, &ctx, opts) {
+        if !e.is::<crate::runtime::Reported>() {
+            eprintln!("distrun: {e:#}");
+        }
+        return ExitCode::FAILURE;
+    }
     match crate::exec::run(&loaded, &plan, &ctx, opts) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(EXIT_CHECK),

@@ -537,25 +537,50 @@ fn verify_names_a_flipped_byte() {
 
 #[test]
 fn a_failing_rank_stops_every_rank_with_its_message_once() {
-    // The run directory cannot be made when the run ends: rank 0 fails while the others wait.
-    let spec = temp_spec(
-        "late",
-        "[job]\nname = \"late\"\n[output]\ndir = \"/proc/distrun-cannot-write\"\n[tensors.x]\nshape = [8]\ndtype = \"f32\"\ninit = \"ones\"\n[[steps]]\nop = \"barrier\"\n",
-    );
+    // The run directory cannot be renamed into place when the run ends (its name was taken
+    // while the ranks wrote): rank 0 fails while the others wait.
+    let dir = temp_dir("late");
+    let spec = dir.join("late.toml");
+    std::fs::write(
+        &spec,
+        "[job]\nname = \"late\"\n[tensors.x]\nshape = [8]\ndtype = \"f32\"\ninit = \"ones\"\n[[steps]]\nop = \"barrier\"\n[output]\ntensors = [\"x\"]\n",
+    )
+    .unwrap();
+    let out = dir.join("run");
+    // The ranks pause once they have written their first shard (DISTRUN_WRITE_PAUSE_S).
+    let taker = {
+        let (dir, out) = (dir.to_path_buf(), out.clone());
+        std::thread::spawn(move || {
+            let t0 = Instant::now();
+            while !std::fs::read_dir(&dir)
+                .unwrap()
+                .any(|e| e.unwrap().path().join("x.rank0.npy").exists())
+            {
+                assert!(t0.elapsed() < Duration::from_secs(60), "no shard written");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            std::fs::create_dir(&out).unwrap();
+            std::fs::write(out.join("other"), "").unwrap();
+        })
+    };
     let t0 = Instant::now();
-    let ran = mpirun(3, &["run", spec.to_str().unwrap(), "-q"], &[], LIMIT);
+    let args = [
+        "run",
+        spec.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "-q",
+    ];
+    let ran = mpirun(3, &args, &[("DISTRUN_WRITE_PAUSE_S", "5")], LIMIT);
+    taker.join().unwrap();
     assert!(
         t0.elapsed() < Duration::from_secs(30),
         "it took {:?}",
         t0.elapsed()
     );
     assert_eq!(ran.code, 1, "{}", ran.stderr);
-    assert_eq!(
-        ran.stderr.matches("distrun: rank 0: cannot create").count(),
-        1,
-        "{}",
-        ran.stderr
-    );
+    let said = "distrun: rank 0: cannot rename the run directory into place";
+    assert_eq!(ran.stderr.matches(said).count(), 1, "{}", ran.stderr);
 }
 
 #[test]

@@ -14,7 +14,7 @@ use crate::dist::TensorState;
 use crate::ops::Comparison;
 use crate::ops::matmul::PreparedMatmul;
 use crate::plan::Plan;
-use crate::runtime::Context;
+use crate::runtime::{Context, Reported};
 use crate::spec::Loaded;
 use crate::spec::model::{CommBackend, Device};
 use crate::spec::step::{MatmulPipeline, Step};
@@ -155,6 +155,22 @@ fn run_on<B: Backend>(
         eprintln!("distrun: check failed: {}", failed.join(", "));
     }
     Ok(failed.is_empty())
+}
+
+/// Checks, before anything runs, where the run directory goes: rank 0 tries (see
+/// [`write::check_place`]) and says what fails, followed by "nothing was run"; then every rank
+/// returns [`Reported`] when it failed.
+pub fn check_output(loaded: &Loaded, plan: &Plan, ctx: &Context, opts: &Options) -> Result<()> {
+    let failed = ctx.rank() == 0
+        && write::check_place(&loaded.spec, plan.ranks, opts.out.as_deref())
+            .inspect_err(|e| eprintln!("distrun: {e:#}; nothing was run"))
+            .is_err();
+    // Rank 0 has printed before any rank leaves (the launcher stops the job at the first exit).
+    let all = ctx.comm.all_gather_bytes(&[u8::from(failed)])?;
+    if all[0][0] == 1 {
+        return Err(Reported("the run directory cannot be written".into()).into());
+    }
+    Ok(())
 }
 
 /// NVSHMEM's symmetric heap where the spec's backends name `nvshmem`: the plan's symmetric

@@ -13,15 +13,66 @@ use crate::output::manifest::{
     ViaRecord,
 };
 use crate::output::npy::write_npy_in;
-use crate::output::rundir::{RunDir, default_path};
+use crate::output::rundir::{self, RunDir, default_path};
+use crate::output::{gathered_file, shard_file};
 use crate::plan::{Plan, resolved_dist};
 use crate::runtime::Context;
 use crate::spec::Loaded;
-use crate::spec::model::Device;
+use crate::spec::model::{Device, Spec};
 use crate::spec::tensor::{Distribution, Layout};
 use anyhow::{Context as _, Result};
 use indexmap::IndexMap;
 use std::path::{Path, PathBuf};
+
+/// The names of the files a run on `ranks` ranks writes into its directory: per written tensor,
+/// the last rank's shard (the longest of its shards' names) and the gathered file; the manifest.
+fn file_names(spec: &Spec, ranks: u64) -> Vec<String> {
+    let mut files = vec!["manifest.json".to_string()];
+    for name in &spec.output.tensors {
+        files.push(shard_file(name, ranks - 1));
+        files.push(gathered_file(name));
+    }
+    files
+}
+
+/// Checks, before anything runs, that the run directory can be written where it goes (see
+/// [`rundir::check_target`]), and removes the stale temporary directories beside it (left by
+/// processes of this host that were killed), naming each on stderr.
+pub fn check_place(spec: &Spec, ranks: u64, out: Option<&Path>) -> Result<()> {
+    let (path, unique) = match out {
+        Some(out) => (out.to_path_buf(), false),
+        None => {
+            let dir = Path::new(&spec.output.dir);
+            (default_path(dir, &spec.job.name, chrono::Utc::now()), true)
+        }
+    };
+    let parent = rundir::check_target(&path, unique, &file_names(spec, ranks)).map_err(|e| {
+        let advice = match (e.kind(), out) {
+            (std::io::ErrorKind::AlreadyExists, Some(_)) => ": choose another --out",
+            _ => "",
+        };
+        anyhow::anyhow!("cannot write the run directory: {e}{advice}")
+    })?;
+    if !parent.is_dir() {
+        return Ok(());
+    }
+    match rundir::stale::remove_stale(&parent) {
+        Ok(removed) => {
+            for p in removed {
+                eprintln!(
+                    "distrun: removed {}, left by process {} of this host, which has ended",
+                    p.path.display(),
+                    p.pid
+                );
+            }
+        }
+        Err(e) => eprintln!(
+            "distrun: warning: stale run directories in {}: {e}",
+            parent.display()
+        ),
+    }
+    Ok(())
+}
 
 /// Writes the run directory of a finished run (every rank takes part).
 pub fn write<B: Backend>(
@@ -72,7 +123,7 @@ pub fn write<B: Backend>(
         let local = Placement::new(&state.dist, &state.shape, ranks)
             .local_shape(rank)
             .unwrap_or_else(|| vec![0; state.shape.len()]);
-        let file = format!("{name}.rank{rank}.npy");
+        let file = shard_file(name, rank);
         let started = std::time::Instant::now();
         let data = b.download(buf)?;
         progress.setup(
@@ -89,6 +140,7 @@ pub fn write<B: Backend>(
             &data,
         )
         .with_context(|| format!("cannot write {file}"))?;
+        pause_if_asked(shards.is_empty());
         shards.push((
             name.clone(),
             ShardRecord {
@@ -101,7 +153,7 @@ pub fn write<B: Backend>(
             let mut h = Hasher::new(algorithm);
             h.update(&whole);
             let file = if spec.output.gather {
-                let file = format!("{name}.npy");
+                let file = gathered_file(name);
                 let checksum = write_npy_in(
                     &rundir,
                     &file,
@@ -121,6 +173,9 @@ pub fn write<B: Backend>(
     }
     // Every rank's shards and whereabouts reach rank 0 (this also waits for every shard).
     let shards = b.all_gather_bytes(&serde_json::to_vec(&shards)?)?;
+    // The other ranks are done with the directory: from here it is rank 0's alone (to commit,
+    // keep after a failed commit, or remove when the process ends on a signal).
+    let rundir = (rank == 0).then_some(rundir);
     progress.setup("outputs written", writing.elapsed().as_secs_f64());
     let me = RankInfo {
         rank,
@@ -128,7 +183,7 @@ pub fn write<B: Backend>(
         device: b.device(),
     };
     let infos = b.all_gather_bytes(&serde_json::to_vec(&me)?)?;
-    if rank == 0 {
+    if let Some(rundir) = rundir {
         let mut all: Vec<(String, ShardRecord)> = Vec::new();
         for bytes in &shards {
             all.extend(serde_json::from_slice::<Vec<(String, ShardRecord)>>(bytes)?);
@@ -280,5 +335,14 @@ fn manifest<B: Backend>(
         checksum_algorithm: spec.output.checksum,
         steps,
         tensors,
+    }
+}
+
+/// Testing hook: `DISTRUN_WRITE_PAUSE_S=s` makes every rank sleep `s` seconds once it has written
+/// its first shard, so that the tests can signal a run while its directory is being written.
+fn pause_if_asked(first: bool) {
+    let wanted = std::env::var("DISTRUN_WRITE_PAUSE_S").ok();
+    if let Some(s) = wanted.and_then(|v| v.parse().ok()).filter(|_| first) {
+        std::thread::sleep(std::time::Duration::from_secs_f64(s));
     }
 }

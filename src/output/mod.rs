@@ -24,3 +24,13 @@ pub use manifest::{Manifest, read_manifest, write_manifest};
 pub use npy::{write_npy, write_npy_in, write_npy_to};
 pub use rundir::RunDir;
 pub use verify::{Finding, VerifyReport, verify};
+
+/// The file of rank `rank`'s piece of tensor `tensor` in a run directory.
+pub fn shard_file(tensor: &str, rank: u64) -> String {
+    format!("{tensor}.rank{rank}.npy")
+}
+
+/// The file of tensor `tensor` gathered whole (`gather = true`).
+pub fn gathered_file(tensor: &str) -> String {
+    format!("{tensor}.npy")
+}

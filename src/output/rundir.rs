@@ -1,20 +1,33 @@
 //! Run directories that appear whole or not at all.
 //!
-//! A run directory is built under a hidden sibling name (`<parent>/.<name>.partial-<pid>-<n>`) and
-//! renamed to its final name by [`RunDir::commit`]; inside it, every file is written under a
-//! hidden temporary name and renamed into place ([`RunDir::write_file`]). So a reader never sees
-//! a half-written file under its final name, nor a run directory without its manifest.
+//! A run directory is built under a hidden sibling name
+//! (`<parent>/.<name>.partial-<host>-<pid>-<n>`, see [`stale`]) and renamed to its final name by
+//! [`RunDir::commit`]; inside it, every file is written under a hidden temporary name and renamed
+//! into place ([`RunDir::write_file`]). So a reader never sees a half-written file under its final
+//! name, nor a run directory without its manifest.
 //!
 //! With several processes (MPI ranks sharing a filesystem): rank 0 calls [`RunDir::create`] or
 //! [`RunDir::create_unique`] (the owner) and sends [`RunDir::path`] to the others, who call
 //! [`RunDir::open`] with it. Every rank writes its own files; after a barrier, only the owner
-//! commits. A handle from [`RunDir::open`] never removes or renames the directory.
+//! commits. A handle from [`RunDir::open`] never renames the directory, nor removes it when
+//! dropped.
+//!
+//! Before a run, [`check_target`] tries what the run will do (without leaving anything). A process
+//! that ends without unwinding (a signal, a failure that ends the job) calls
+//! [`remove_uncommitted`], which removes the directories of its live handles, opened ones too;
+//! what SIGKILL leaves, [`stale::remove_stale`] removes later.
+
+mod check;
+pub mod stale;
+
+pub use check::{NAME_MAX, abbreviate, check_target, name_max, written_name_len};
 
 use chrono::{DateTime, Utc};
 use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// A run directory being written, under its temporary name until committed.
 #[derive(Debug)]
@@ -25,6 +38,8 @@ pub struct RunDir {
     /// removes the directory on drop. None for a handle from [`RunDir::open`], and once the
     /// commit has been tried.
     target: Option<Target>,
+    /// Whether [`WRITING`] lists this handle's directory (until the commit is tried).
+    listed: bool,
 }
 
 /// The name an owner's directory takes at the commit.
@@ -50,6 +65,61 @@ fn already_exists(path: &Path) -> io::Error {
     )
 }
 
+/// The temporary directories this process writes into, by handle: those it created until it
+/// commits or removes them, those of another process it opened until the handle is dropped.
+static WRITING: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// Set by [`remove_uncommitted`]: the process is ending, and creates, opens or commits nothing
+/// more.
+static ENDING: AtomicBool = AtomicBool::new(false);
+
+/// [`WRITING`], locked (also after a panic elsewhere: the list stays valid).
+fn writing() -> MutexGuard<'static, Vec<PathBuf>> {
+    WRITING.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Takes one handle's directory off [`WRITING`].
+fn unlist(writing: &mut Vec<PathBuf>, dir: &Path) {
+    if let Some(i) = writing.iter().position(|d| d == dir) {
+        writing.swap_remove(i);
+    }
+}
+
+fn ending() -> io::Error {
+    io::Error::new(io::ErrorKind::Interrupted, "the process is ending")
+}
+
+/// Removes every temporary directory this process writes into and that is not committed, for a
+/// process that ends without unwinding (on SIGINT or SIGTERM, or a failure that ends every rank):
+/// the job ends, so the directory will never be committed. Every rank removes it, not only its
+/// owner: a launcher that stops the job may kill the owner at once when the others have ended.
+/// From then on creating, opening or committing a run directory fails. Returns the directories.
+pub fn remove_uncommitted() -> Vec<PathBuf> {
+    let mut writing = writing();
+    ENDING.store(true, Ordering::SeqCst);
+    let dirs: Vec<PathBuf> = writing.drain(..).collect();
+    for dir in &dirs {
+        remove_tree(dir);
+    }
+    dirs
+}
+
+/// Removes a directory tree that other ranks may still be writing into: tries again while new
+/// files appear in it.
+fn remove_tree(dir: &Path) {
+    for _ in 0..100 {
+        match fs::remove_dir_all(dir) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => continue,
+            _ => return,
+        }
+    }
+}
+
+/// The hidden name under which `write_file` writes the file `name` (process `pid`'s).
+fn temp_file_name(name: &str, pid: u32) -> String {
+    format!(".{name}.tmp-{pid}")
+}
+
 /// Refuses names that are empty, hidden (temporary names are), or not a plain file name.
 fn check_name(name: &str) -> io::Result<()> {
     if name.is_empty() || name.starts_with('.') || name.contains(['/', '\\']) {
@@ -66,9 +136,7 @@ impl RunDir {
     /// as the owner. Refuses when `final_path` already exists (and the commit, when it has
     /// appeared since).
     pub fn create(final_path: PathBuf) -> io::Result<RunDir> {
-        if final_path.symlink_metadata().is_ok() {
-            return Err(already_exists(&final_path));
-        }
+        check::refuse_existing(&final_path)?;
         RunDir::create_as(final_path, false)
     }
 
@@ -79,37 +147,34 @@ impl RunDir {
     }
 
     fn create_as(final_path: PathBuf, unique: bool) -> io::Result<RunDir> {
-        let name = final_path.file_name().ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{} does not name a directory", final_path.display()),
-            )
-        })?;
-        let parent = match final_path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        fs::create_dir_all(&parent)?;
+        let place = check::Place::of(&final_path)?;
+        fs::create_dir_all(&place.parent)?;
         // Unique to this process and this directory of it.
         static CREATED: AtomicUsize = AtomicUsize::new(0);
-        let temp = parent.join(format!(
-            ".{}.partial-{}-{}",
-            name.to_string_lossy(),
-            std::process::id(),
-            CREATED.fetch_add(1, Ordering::Relaxed)
-        ));
+        let n = CREATED.fetch_add(1, Ordering::Relaxed);
+        let temp = place
+            .parent
+            .join(stale::partial_name(&place.name, std::process::id(), n));
+        // Created and listed at once, so that an ending process finds every one.
+        let mut writing = writing();
+        if ENDING.load(Ordering::SeqCst) {
+            return Err(ending());
+        }
         fs::create_dir(&temp)?;
+        writing.push(temp.clone());
         Ok(RunDir {
             temp,
             target: Some(Target {
-                path: final_path,
+                path: place.path,
                 unique,
             }),
+            listed: true,
         })
     }
 
     /// Opens a temporary directory that another process created (its [`RunDir::path`]), to write
-    /// files into. The handle cannot commit, and leaves the directory on drop.
+    /// files into. The handle cannot commit, and leaves the directory on drop (only
+    /// [`remove_uncommitted`] removes it).
     pub fn open(temp_path: PathBuf) -> io::Result<RunDir> {
         if !fs::metadata(&temp_path)?.is_dir() {
             return Err(io::Error::new(
@@ -117,9 +182,15 @@ impl RunDir {
                 format!("{} is not a directory", temp_path.display()),
             ));
         }
+        let mut writing = writing();
+        if ENDING.load(Ordering::SeqCst) {
+            return Err(ending());
+        }
+        writing.push(temp_path.clone());
         Ok(RunDir {
             temp: temp_path,
             target: None,
+            listed: true,
         })
     }
 
@@ -138,9 +209,7 @@ impl RunDir {
         write: impl FnOnce(&mut File) -> io::Result<()>,
     ) -> io::Result<()> {
         check_name(name)?;
-        let temp = self
-            .temp
-            .join(format!(".{name}.tmp-{}", std::process::id()));
+        let temp = self.temp.join(temp_file_name(name, std::process::id()));
         let result = File::create(&temp).and_then(|mut file| {
             write(&mut file)?;
             file.sync_all()
@@ -165,6 +234,13 @@ impl RunDir {
                 "only the process that created a run directory commits it",
             ));
         };
+        // Committed or kept, the directory is no longer this process's to remove.
+        let mut writing = writing();
+        if ENDING.load(Ordering::SeqCst) {
+            return Err(ending());
+        }
+        unlist(&mut writing, &self.temp);
+        self.listed = false;
         let tries = if target.unique { UNIQUE_TRIES } else { 1 };
         for k in 1..=tries {
             let path = match k {
@@ -210,10 +286,15 @@ fn taken(e: &io::Error) -> bool {
 }
 
 impl Drop for RunDir {
-    /// An owner's directory whose commit was not tried is removed (best effort).
+    /// An owner's directory whose commit was not tried is removed (best effort); the handle's
+    /// directory leaves [`WRITING`].
     fn drop(&mut self) {
+        let mut writing = writing();
         if self.target.is_some() {
             let _ = fs::remove_dir_all(&self.temp);
+        }
+        if self.listed {
+            unlist(&mut writing, &self.temp);
         }
     }
 }

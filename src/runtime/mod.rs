@@ -4,6 +4,7 @@
 pub mod comm;
 pub mod launcher;
 pub mod mpi;
+pub mod signals;
 
 use crate::spec::model::ProcessGroup;
 use anyhow::{Result, bail};
@@ -31,9 +32,11 @@ impl Context {
     }
 
     /// Reports `err` as this rank's failure and ends every rank: the message once, prefixed with
-    /// the rank, then MPI_Abort (which makes the launcher stop the others) or exit 1.
+    /// the rank, then MPI_Abort (which makes the launcher stop the others) or exit 1. The run
+    /// directory this rank was writing is removed before (nothing unwinds to drop it).
     pub fn fail(&self, err: &anyhow::Error) -> ! {
         eprintln!("distrun: rank {}: {err:#}", self.rank());
+        crate::output::rundir::remove_uncommitted();
         if self.size() > 1 {
             self.comm.abort(1);
         }
@@ -41,13 +44,15 @@ impl Context {
     }
 }
 
-/// Makes a panic (a bug) end every rank as an error does: the panic's message, then MPI_Abort
-/// where MPI runs with more than one rank. Unwinding instead would tear down NCCL, NVSHMEM and
-/// MPI while the other ranks wait for this one in a collective, and the job would hang.
+/// Makes a panic (a bug) end every rank as an error does: the panic's message, the run directory
+/// being written removed, then MPI_Abort where MPI runs with more than one rank. Unwinding instead
+/// would tear down NCCL, NVSHMEM and MPI while the other ranks wait for this one in a collective,
+/// and the job would hang.
 pub fn abort_job_on_panic() {
     let report = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         report(info);
+        crate::output::rundir::remove_uncommitted();
         mpi::abort_if_running(1);
     }));
 }

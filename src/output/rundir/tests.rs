@@ -174,7 +174,142 @@ fn other_ranks_write_into_the_owners_directory() {
 #[test]
 fn open_needs_an_existing_directory() {
     let root = TestDir::new("rundir-open");
-    let missing = root.path().join(".job.partial-1");
+    let missing = root.path().join(".job.partial-host-1-0");
     let err = RunDir::open(missing).unwrap_err();
     assert_eq!(err.kind(), io::ErrorKind::NotFound);
+}
+
+#[test]
+fn a_place_is_a_parent_and_a_name_for_a_new_directory() {
+    let place = |p: &str| check::Place::of(Path::new(p)).map(|p| (p.parent, p.name, p.path));
+    let ok = |parent: &str, name: &str, path: &str| {
+        Ok::<_, ()>((PathBuf::from(parent), name.into(), PathBuf::from(path)))
+    };
+    assert_eq!(place("run").map_err(drop), ok(".", "run", "run"));
+    assert_eq!(place("a/b/run/").map_err(drop), ok("a/b", "run", "a/b/run"));
+    assert_eq!(place("/run").map_err(drop), ok("/", "run", "/run"));
+    for bad in ["newdir/.", "a/..", ".", "..", "/", ""] {
+        let err = place(bad).err().unwrap();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{bad:?}");
+        assert!(err.to_string().contains("does not end in a name"), "{err}");
+    }
+}
+
+#[test]
+fn a_good_target_is_tried_and_leaves_nothing() {
+    let root = TestDir::new("rundir-check-ok");
+    let parent = root.path().join("new").join("nested");
+    let files = ["x.rank3.npy".to_string(), "manifest.json".to_string()];
+    // A missing parent is tried where it would be made, and left to the run to make.
+    let target = parent.join("run");
+    assert_eq!(check_target(&target, false, &files).unwrap(), parent);
+    assert!(entries(root.path()).is_empty());
+    fs::create_dir_all(&parent).unwrap();
+    assert_eq!(check_target(&target, false, &files).unwrap(), parent);
+    assert!(entries(&parent).is_empty());
+    // A default (unique) name may be taken: the commit takes a suffix.
+    fs::create_dir(&target).unwrap();
+    check_target(&target, true, &files).unwrap();
+    assert_eq!(entries(&parent), ["run"]);
+}
+
+#[test]
+fn bad_targets_are_refused_with_their_reason_and_leave_nothing() {
+    let root = TestDir::new("rundir-check-bad");
+    let dir = root.path();
+    std::os::unix::fs::symlink(dir.join("nowhere"), dir.join("link")).unwrap();
+    fs::write(dir.join("file"), "").unwrap();
+    let long = "n".repeat(300);
+    let cases: [(PathBuf, &str); 6] = [
+        (
+            dir.join("new").join("."),
+            "does not end in a name for a new directory",
+        ),
+        (dir.join("link"), "link already exists (a symbolic link)"),
+        (
+            dir.join("file").join("sub").join("run"),
+            "file is not a directory",
+        ),
+        (dir.join(&long), "the run directory's name `nnnn"),
+        (dir.join("n".repeat(250)), "its temporary name `.nnnn"),
+        (dir.join(&long).join("run"), "the directory name `nnnn"),
+    ];
+    for (target, reason) in cases {
+        let err = check_target(&target, false, &[]).unwrap_err();
+        assert!(
+            err.to_string().contains(reason),
+            "{}: {err}",
+            target.display()
+        );
+    }
+    let file = format!("{}.rank0.npy", "t".repeat(240));
+    let err = check_target(&dir.join("run"), false, &[file]).unwrap_err();
+    assert!(
+        err.to_string().contains("the file `tttt") && err.to_string().contains("263 bytes"),
+        "{err}"
+    );
+    assert_eq!(entries(dir), ["file", "link"]);
+}
+
+#[test]
+fn a_filesystems_name_limit_is_read_from_the_nearest_existing_directory() {
+    let root = TestDir::new("rundir-name-max");
+    assert_eq!(
+        name_max(&root.path().join("not").join("yet")),
+        name_max(root.path())
+    );
+    assert!(name_max(root.path()) >= 14);
+    assert_eq!(written_name_len("a.npy"), ".a.npy.tmp-4194304".len());
+}
+
+/// A pid that ran and has ended.
+fn dead_pid() -> u32 {
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    pid
+}
+
+#[test]
+fn stale_partial_directories_are_those_of_ended_processes_of_this_host() {
+    let root = TestDir::new("rundir-stale");
+    let dir = root.path();
+    let (dead, live) = (dead_pid(), std::process::id());
+    let partial = |name: &str, pid: u32| dir.join(stale::partial_name(name.as_ref(), pid, 0));
+    for p in [
+        partial("a", dead),
+        partial("b", live),
+        partial("c-20261121T173045Z", dead),
+    ] {
+        fs::create_dir(&p).unwrap();
+        fs::write(p.join("x.rank0.npy"), "").unwrap();
+    }
+    // Not partial directories of this host: another host's, a file, other names.
+    let other_host = format!(".a.partial-elsewhere-{dead}-0");
+    fs::create_dir(dir.join(&other_host)).unwrap();
+    fs::write(partial("file", dead), "").unwrap();
+    for name in ["run", ".partial-x-1-0", "a.partial-1-0"] {
+        fs::create_dir(dir.join(name)).unwrap();
+    }
+    let found = stale::partials(dir).unwrap();
+    let summary: Vec<(PathBuf, bool)> = found.iter().map(|p| (p.path.clone(), p.alive)).collect();
+    assert_eq!(
+        summary,
+        [
+            (partial("a", dead), false),
+            (partial("b", live), true),
+            (partial("c-20261121T173045Z", dead), false),
+        ]
+    );
+    let removed: Vec<PathBuf> = stale::remove_stale(dir)
+        .unwrap()
+        .into_iter()
+        .map(|p| p.path)
+        .collect();
+    assert_eq!(
+        removed,
+        [partial("a", dead), partial("c-20261121T173045Z", dead)]
+    );
+    assert!(partial("b", live).join("x.rank0.npy").exists());
+    assert!(dir.join(other_host).exists() && partial("file", dead).exists());
 }

@@ -553,6 +553,25 @@ impl Resolver<'_> {
         d.listing(guess.as_deref(), names, self.tensors.len(), "known tensors")
     }
 
+    /// A written tensor (at `at`) whose name is too long for its files: the last rank's shard
+    /// (rank 0 where the rank count is unknown), under its temporary name while written, must
+    /// fit the file name limit of common filesystems.
+    fn too_long(&self, name: &str, at: KeyPath) -> Option<Diagnostic> {
+        use crate::output::rundir::{NAME_MAX, abbreviate, written_name_len};
+        let file = crate::output::shard_file(name, self.ranks.map_or(0, |p| p - 1));
+        let over = written_name_len(&file)
+            .checked_sub(NAME_MAX)
+            .filter(|&n| n > 0)?;
+        let message = format!(
+            "tensor `{}` cannot be written: its name is {} bytes, too long for its files' names \
+             (`NAME.rankR.npy`, written as `.NAME.rankR.npy.tmp-PID`: at most {NAME_MAX} bytes)",
+            abbreviate(name),
+            name.len()
+        );
+        let most = name.len().saturating_sub(over);
+        Some(Diagnostic::value(at, message).help(format!("shorten it to at most {most} bytes")))
+    }
+
     fn check_output(&mut self) {
         let here = KeyPath::root().key("output").key("tensors");
         for (j, name) in self.loaded.spec.output.tensors.iter().enumerate() {
@@ -564,6 +583,10 @@ impl Resolver<'_> {
                     )
                     .help("its files are NAME.npy and NAME.rankR.npy: rename it without `/`, `\\` or a leading `.`"),
                 );
+                continue;
+            }
+            if let Some(d) = self.too_long(name, here.index(j)) {
+                self.err(d);
                 continue;
             }
             let written = self.tensors.get(name).is_some_and(|t| !t.states.is_empty());
