@@ -119,21 +119,31 @@ pub struct Parsed {
     pub non_finite: Vec<Diagnostic>,
 }
 
-/// Parses TOML text. Syntax errors come back as diagnostics, every one the parser could find.
+/// How many TOML syntax errors are reported one by one.
+const SYNTAX_ERRORS: usize = 100;
+
+/// Parses TOML text. Syntax errors come back as diagnostics, every one the parser could find
+/// (the first [`SYNTAX_ERRORS`], then how many more).
 pub fn parse(text: &str) -> Result<Parsed, Vec<Diagnostic>> {
     let (table, errors) = DeTable::parse_recoverable(text);
     if !errors.is_empty() {
-        return Err(errors
-            .iter()
-            .map(|e| {
-                let mut d = Diagnostic::value(
-                    KeyPath::root(),
-                    format!("TOML syntax: {}", e.message().trim_end()),
-                );
-                d.span = Some(e.span().unwrap_or(0..0));
-                d
-            })
-            .collect());
+        let at = |e: &toml::de::Error, message: String| {
+            let mut d = Diagnostic::value(KeyPath::root(), message);
+            d.span = Some(e.span().unwrap_or(0..0));
+            d
+        };
+        let mut diags: Vec<Diagnostic> = (errors.iter().take(SYNTAX_ERRORS))
+            .map(|e| at(e, format!("TOML syntax: {}", e.message().trim_end())))
+            .collect();
+        // Past the first errors, the parser's recovery mostly finds the same damage again.
+        if let Some(next) = errors.get(SYNTAX_ERRORS) {
+            let more = errors.len() - SYNTAX_ERRORS;
+            diags.push(at(
+                next,
+                format!("TOML syntax: {more} more errors from here on"),
+            ));
+        }
+        return Err(diags);
     }
     let mut out = Converter::default();
     let value = out.table(table.get_ref());
@@ -271,6 +281,18 @@ mod tests {
         assert_eq!(&text[index.locate(&d)], "\"q\"");
         let k = Diagnostic::key(KeyPath::parse("steps[1].a"), "x");
         assert_eq!(&text[index.locate(&k)], "a");
+    }
+
+    #[test]
+    fn a_flood_of_syntax_errors_is_cut_short() {
+        let text = format!("[job]\nname = \"x{}\n", "}".repeat(5000));
+        let errs = parse(&format!("{text}a = [{}\n", "}".repeat(5000))).unwrap_err();
+        assert_eq!(errs.len(), SYNTAX_ERRORS + 1);
+        assert!(
+            errs[SYNTAX_ERRORS]
+                .message
+                .ends_with("more errors from here on")
+        );
     }
 
     #[test]
