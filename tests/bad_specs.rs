@@ -57,17 +57,29 @@ fn every_bad_spec_reports_its_errors_with_positions() {
             // The offending line is quoted with a caret under the spot.
             let line: usize = pos.split(':').next().unwrap().parse().unwrap();
             let col: usize = pos.split(':').nth(1).unwrap().parse().unwrap();
-            let source = text.lines().nth(line - 1).unwrap();
-            let quoted = format!("{line} | {source}");
-            let at = ran
-                .stderr
-                .find(&quoted)
+            // (A long line is quoted around the spot, cut with `…` on either side.)
+            let source: Vec<char> = text.lines().nth(line - 1).unwrap().chars().collect();
+            let header = format!("{rel}:{pos}: ");
+            let mut rest = ran.stderr[ran.stderr.find(&header).unwrap()..]
+                .lines()
+                .skip(1);
+            let quoted = rest.next().unwrap();
+            let caret_line = rest.next().unwrap();
+            let window = (quoted.strip_prefix(&format!("{line} | ")))
                 .unwrap_or_else(|| panic!("{rel}: line {line} not quoted:\n{}", ran.stderr));
-            let caret_line = ran.stderr[at..].lines().nth(1).unwrap();
+            let cut = window.starts_with('…');
+            let shown: Vec<char> = window.trim_matches('…').chars().collect();
+            let start = (0..=source.len() - shown.len())
+                .find(|&i| source[i..i + shown.len()] == shown[..])
+                .unwrap_or_else(|| panic!("{rel}: {window:?} is not a piece of line {line}"));
             let bar = caret_line.find("| ").unwrap();
+            let caret = caret_line[bar + 2..]
+                .chars()
+                .position(|c| c == '^')
+                .unwrap();
             assert_eq!(
-                caret_line[bar + 2..].find('^').map(|c| c + 1),
-                Some(col),
+                start + caret - usize::from(cut) + 1,
+                col,
                 "{rel}: caret of {pos}:\n{}",
                 ran.stderr
             );
