@@ -324,6 +324,11 @@ impl Comm for MpiComm {
         let mut lens = vec![0u64; self.size];
         self.all_gather_lengths(mine.len() as u64, &mut lens)?;
         let counts: Vec<usize> = lens.iter().map(|&l| l as usize).collect();
+        // Nothing to move; and two empty buffers share one dangling address, which Open MPI
+        // takes for a send buffer aliasing the receive buffer (MPI_ERR_ARG).
+        if counts.iter().all(|&c| c == 0) {
+            return Ok(vec![Vec::new(); self.size]);
+        }
         let (rc, rd) = counts_and_displs(&counts)?;
         let mut all = vec![0u8; counts.iter().sum()];
         // SAFETY: `all` holds every rank's bytes at its displacement.
