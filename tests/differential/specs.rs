@@ -239,7 +239,11 @@ impl Gen {
                 } else {
                     let signed = dt.int_range().0 < 0;
                     let start = self.rng.range(0, 20) as f64 - if signed { 5.0 } else { 0.0 };
-                    (start, self.rng.range(1, 3) as f64)
+                    // The last element must stay in the dtype (validation refuses a saturating
+                    // arange): a step below 1 truncates to repeated values.
+                    let last = (rows * n).saturating_sub(1).max(1) as f64;
+                    let most = (dt.int_range().1 as f64 - start) / last;
+                    (start, (self.rng.range(1, 3) as f64).min(most))
                 };
                 let data = (0..rows)
                     .map(|r| {
