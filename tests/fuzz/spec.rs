@@ -30,7 +30,7 @@ impl Target for Spec {
     }
 
     fn default_inputs(&self) -> usize {
-        3_000
+        20_000
     }
 
     fn dictionary(&self) -> &'static [&'static [u8]] {
