@@ -205,8 +205,22 @@ fn check_boxes(
             }
         }
     }
-    let total: u64 = shape.iter().product();
-    let covered: u64 = regions.iter().map(|(_, r)| r.volume()).sum();
+    // In u128: a shape past 64 bits of elements is refused elsewhere, and must not panic here.
+    let volume = |extents: &mut dyn Iterator<Item = u64>| {
+        extents.fold(1u128, |v, n| v.saturating_mul(n.into()))
+    };
+    let total = volume(&mut shape.iter().copied());
+    let covered: u128 = (regions.iter())
+        .map(|(_, r)| {
+            volume(
+                &mut r
+                    .lower
+                    .iter()
+                    .zip(&r.upper)
+                    .map(|(l, u)| u.saturating_sub(*l)),
+            )
+        })
+        .fold(0, u128::saturating_add);
     if !overlapped && covered != total {
         out.push(
             Diagnostic::value(
