@@ -5,7 +5,7 @@
 //! numbers, before anything runs (a 7 TiB tensor is refused, not an abort in the allocator).
 
 use crate::plan::{Plan, human_bytes as human};
-use crate::runtime::{Context, Reported};
+use crate::runtime::Context;
 use anyhow::Result;
 
 /// Where a rank's tensors live, and what that place can give it.
@@ -75,18 +75,10 @@ pub fn shortfall(plan: &Plan, rank: usize, host: &str, room: Room) -> Option<Str
 }
 
 /// Holds every rank's plan against its room; all ranks call it at the same point. Err (already
-/// reported by rank 0: [`Reported`]) when any rank does not fit.
+/// reported by rank 0: [`crate::runtime::Reported`]) when any rank does not fit.
 pub fn preflight(ctx: &Context, plan: &Plan, room: Room) -> Result<()> {
-    let mine = shortfall(plan, ctx.rank(), &ctx.host, room).unwrap_or_default();
-    let all = ctx.comm.all_gather_bytes(mine.as_bytes())?;
-    let Some(first) = all.iter().find(|m| !m.is_empty()) else {
-        return Ok(());
-    };
-    let message = String::from_utf8_lossy(first).into_owned();
-    if ctx.rank() == 0 {
-        eprintln!("distrun: not enough memory: {message}");
-    }
-    Err(Reported(message).into())
+    let why = shortfall(plan, ctx.rank(), &ctx.host, room);
+    ctx.stop_together(why.map(|w| format!("not enough memory: {w}")))
 }
 
 /// How many ranks run on this host (every rank's host name gathered).

@@ -14,7 +14,7 @@ use crate::dist::TensorState;
 use crate::ops::Comparison;
 use crate::ops::matmul::PreparedMatmul;
 use crate::plan::Plan;
-use crate::runtime::{Context, Reported};
+use crate::runtime::Context;
 use crate::spec::Loaded;
 use crate::spec::model::{CommBackend, Device};
 use crate::spec::step::{MatmulPipeline, Step};
@@ -95,16 +95,17 @@ pub fn run(loaded: &Loaded, plan: &Plan, ctx: &Context, opts: &Options) -> Resul
     );
     if device(loaded, ctx)? == Device::Cuda {
         let started = std::time::Instant::now();
+        let heap = nvshmem_heap(loaded, plan);
         let mut backend = Cuda::new(
             ctx.comm.as_ref(),
             &ctx.host,
             &loaded.spec.runtime.device_map,
-            nvshmem_heap(loaded, plan),
+            heap,
         )?;
         progress.setup("GPU backend up", started.elapsed().as_secs_f64());
         let room = memory::Room::Device {
             free: backend.free_memory()?,
-            heap_taken: nvshmem_heap(loaded, plan).map_or(0, |b| b as u64),
+            heap_taken: heap.map_or(0, |b| b as u64),
         };
         memory::preflight(ctx, plan, room)?;
         match run_on(&backend, loaded, plan, ctx, opts, &progress) {
@@ -158,19 +159,13 @@ fn run_on<B: Backend>(
 }
 
 /// Checks, before anything runs, where the run directory goes: rank 0 tries (see
-/// [`write::check_place`]) and says what fails, followed by "nothing was run"; then every rank
-/// returns [`Reported`] when it failed.
+/// [`write::check_place`]); when that fails, it says why, followed by "nothing was run", and
+/// every rank returns [`crate::runtime::Reported`].
 pub fn check_output(loaded: &Loaded, plan: &Plan, ctx: &Context, opts: &Options) -> Result<()> {
-    let failed = ctx.rank() == 0
-        && write::check_place(&loaded.spec, plan.ranks, opts.out.as_deref())
-            .inspect_err(|e| eprintln!("distrun: {e:#}; nothing was run"))
-            .is_err();
-    // Rank 0 has printed before any rank leaves (the launcher stops the job at the first exit).
-    let all = ctx.comm.all_gather_bytes(&[u8::from(failed)])?;
-    if all[0][0] == 1 {
-        return Err(Reported("the run directory cannot be written".into()).into());
-    }
-    Ok(())
+    let why = (ctx.rank() == 0)
+        .then(|| write::check_place(&loaded.spec, plan.ranks, opts.out.as_deref()).err())
+        .flatten();
+    ctx.stop_together(why.map(|e| format!("{e:#}; nothing was run")))
 }
 
 /// NVSHMEM's symmetric heap where the spec's backends name `nvshmem`: the plan's symmetric

@@ -7,7 +7,7 @@ use crate::backend::Backend;
 use crate::dist::Placement;
 use crate::dist::TensorState;
 use crate::ops::step::regather;
-use crate::output::checksum::Hasher;
+use crate::output::checksum::{Hasher, sha256_hex};
 use crate::output::manifest::{
     self, CheckRecord, Manifest, PipelineRecord, RankInfo, ShardRecord, TensorRecord, TimeStats,
     ViaRecord,
@@ -325,11 +325,7 @@ fn manifest<B: Backend>(
         }))
         .expect("a spec serializes"),
         spec_text: Some(loaded.source.text.clone()),
-        spec_sha256: {
-            let mut h = Hasher::new(crate::spec::model::Checksum::Sha256);
-            h.update(loaded.source.text.as_bytes());
-            h.finish().trim_start_matches("sha256:").to_string()
-        },
+        spec_sha256: sha256_hex(loaded.source.text.as_bytes()),
         ranks,
         rank_info,
         checksum_algorithm: spec.output.checksum,

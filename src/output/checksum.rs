@@ -54,6 +54,13 @@ impl Hasher {
     }
 }
 
+/// The bare sha256 hex digest of `bytes` (as the manifest's `spec_sha256` holds it).
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    let mut h = Hasher::new(Checksum::Sha256);
+    h.update(bytes);
+    h.finish().trim_start_matches("sha256:").to_string()
+}
+
 /// The checksum of a file's bytes, read in large pieces.
 pub fn hash_file(path: &Path, algorithm: Checksum) -> io::Result<String> {
     hash_reader(File::open(path)?, algorithm)

@@ -1,6 +1,5 @@
 //! Test fixtures: scratch directories and a sample manifest.
 
-use super::checksum::Hasher;
 use super::manifest::{
     CheckRecord, Manifest, RankInfo, ShardRecord, StepRecord, TensorRecord, TimeStats,
 };
@@ -55,8 +54,6 @@ pub fn sample_manifest(algorithm: Checksum) -> Manifest {
     let text = sample_spec_text(algorithm);
     let loaded = crate::spec::load_str("sample.toml", &text, PathBuf::new()).unwrap();
     let spec = loaded.spec.as_run(Device::Cpu, |_| None);
-    let mut sha = Hasher::new(Checksum::Sha256);
-    sha.update(text.as_bytes());
     let mut tensors = IndexMap::new();
     tensors.insert(
         "a".to_string(),
@@ -82,7 +79,7 @@ pub fn sample_manifest(algorithm: Checksum) -> Manifest {
         started_utc: "2026-11-21T17:30:45.000Z".to_string(),
         finished_utc: "2026-11-21T17:30:47.500Z".to_string(),
         spec: serde_json::to_value(spec).unwrap(),
-        spec_sha256: sha.finish().trim_start_matches("sha256:").to_string(),
+        spec_sha256: crate::output::checksum::sha256_hex(text.as_bytes()),
         spec_text: Some(text),
         ranks: 2,
         rank_info: (0..2)

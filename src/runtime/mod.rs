@@ -31,6 +31,25 @@ impl Context {
         self.comm.size()
     }
 
+    /// Stops a stage on every rank together: each rank gives why it cannot go on (None when it
+    /// can). Where any cannot, rank 0 prints the first such rank's reason, and once it has (a
+    /// barrier: a launcher stops the job at the first rank that exits) every rank returns
+    /// [`Reported`]. Every rank calls it at the same point.
+    pub fn stop_together(&self, why: Option<String>) -> Result<()> {
+        let all = self
+            .comm
+            .all_gather_bytes(why.unwrap_or_default().as_bytes())?;
+        let Some(first) = all.iter().find(|m| !m.is_empty()) else {
+            return Ok(());
+        };
+        let message = String::from_utf8_lossy(first).into_owned();
+        if self.rank() == 0 {
+            eprintln!("distrun: {message}");
+        }
+        self.comm.barrier()?;
+        Err(Reported(message).into())
+    }
+
     /// Reports `err` as this rank's failure and ends every rank: the message once, prefixed with
     /// the rank, then MPI_Abort (which makes the launcher stop the others) or exit 1. The run
     /// directory this rank was writing is removed before (nothing unwinds to drop it).

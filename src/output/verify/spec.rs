@@ -2,7 +2,7 @@
 //! settings against the spec.
 
 use super::Finding;
-use crate::output::checksum::Hasher;
+use crate::output::checksum::sha256_hex;
 use crate::output::manifest::Manifest;
 use crate::spec::Spec;
 use crate::spec::model::Checksum;
@@ -18,7 +18,7 @@ pub fn check_spec(m: &Manifest, findings: &mut Vec<Finding>) -> Option<Spec> {
     match &m.spec_text {
         None => find("the manifest does not hold the spec's text (spec_text)".to_string()),
         Some(text) => {
-            let sha = sha256(text);
+            let sha = sha256_hex(text.as_bytes());
             if sha != m.spec_sha256 {
                 find(format!(
                     "spec_sha256 is {}, but the spec's text hashes to {sha}",
@@ -90,12 +90,6 @@ pub fn check_tensors(spec: &Spec, m: &Manifest, findings: &mut Vec<Finding>) {
 }
 
 /// The SHA-256 of a text, as `spec_sha256` writes it (64 hex digits, no prefix).
-fn sha256(text: &str) -> String {
-    let mut h = Hasher::new(Checksum::Sha256);
-    h.update(text.as_bytes());
-    h.finish().trim_start_matches("sha256:").to_string()
-}
-
 /// An algorithm's name, as specs write it.
 fn name(algorithm: Checksum) -> String {
     serde_json::to_value(algorithm)

@@ -1,5 +1,5 @@
 use super::*;
-use crate::output::checksum::Hasher;
+use crate::output::checksum::{Hasher, sha256_hex};
 use crate::output::fixtures::{TestDir, sample_manifest};
 use crate::output::manifest::Manifest;
 use crate::output::manifest::write_manifest;
@@ -382,9 +382,7 @@ fn the_spec_is_checked_against_its_text_and_hash() {
             .as_ref()
             .unwrap()
             .replace("\"sample\"", "\"other\"");
-        let mut h = Hasher::new(Checksum::Sha256);
-        h.update(text.as_bytes());
-        m.spec_sha256 = h.finish().trim_start_matches("sha256:").to_string();
+        m.spec_sha256 = sha256_hex(text.as_bytes());
         m.spec_text = Some(text);
     });
     assert_eq!(
