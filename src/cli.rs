@@ -367,13 +367,13 @@ fn run_spec(path: &std::path::Path, device: Option<&str>, opts: &crate::exec::Op
     if let Err(e) = crate::runtime::signals::install() {
         ctx.fail(&anyhow::Error::from(e).context("cannot catch SIGINT and SIGTERM"));
     }
-    if let Err(e) = crate::exec::check_output(&loaded, &plan, &ctx, opts) {
+    if let Err(e) = crate::exec::check_output(&plan, &ctx, opts) {
         if !e.is::<crate::runtime::Reported>() {
             eprintln!("distrun: {e:#}");
         }
         return ExitCode::FAILURE;
     }
-    match crate::exec::run(&loaded, &plan, &ctx, opts) {
+    match crate::exec::run(&plan, &ctx, opts) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(EXIT_CHECK),
         // Every rank agreed to stop, and the first said why.

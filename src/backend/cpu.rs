@@ -178,8 +178,8 @@ impl Backend for Cpu<'_> {
         Ok(data)
     }
 
-    fn download(&self, buf: &Vec<u8>) -> Result<Vec<u8>> {
-        Ok(buf.clone())
+    fn download<'a>(&self, buf: &'a Vec<u8>) -> Result<Cow<'a, [u8]>> {
+        Ok(Cow::Borrowed(buf))
     }
 
     fn zeros(&self, bytes: usize) -> Result<Vec<u8>> {

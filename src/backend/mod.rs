@@ -14,6 +14,7 @@ use crate::spec::model::Device;
 use crate::spec::step::{Epilog, ReduceOp};
 use crate::spec::tensor::DType;
 use anyhow::Result;
+use std::borrow::Cow;
 
 /// The bytes a [`Backend::put`] moves: `height` rows of `width` bytes, `src_pitch` bytes apart
 /// in the source and `dst_pitch` apart in the destination.
@@ -77,8 +78,9 @@ pub trait Backend {
     /// [`init::generate`](crate::init::generate), computed where the buffer lives (see the
     /// [init docs](crate::init)).
     fn generate(&self, generator: &Generator, dtype: DType, map: &IndexMap) -> Result<Self::Buf>;
-    /// The bytes of a device buffer.
-    fn download(&self, buf: &Self::Buf) -> Result<Vec<u8>>;
+    /// The bytes of a device buffer, on the host: copied from a GPU, the buffer itself on the CPU
+    /// (no copy: reading a tensor to check or write it takes no second tensor of memory).
+    fn download<'a>(&self, buf: &'a Self::Buf) -> Result<Cow<'a, [u8]>>;
     /// A zeroed buffer of `bytes`.
     fn zeros(&self, bytes: usize) -> Result<Self::Buf>;
     /// The size of a buffer in bytes.

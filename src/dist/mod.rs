@@ -3,6 +3,7 @@
 
 pub mod axis;
 mod check;
+pub mod whole;
 
 pub use axis::AxisSplit;
 pub use check::check;

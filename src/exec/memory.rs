@@ -4,6 +4,8 @@
 //! ranks agree: when one does not fit, every rank stops with exit 1 and the first such rank's
 //! numbers, before anything runs (a 7 TiB tensor is refused, not an abort in the allocator).
 
+pub mod counted;
+
 use crate::plan::{Plan, human_bytes as human};
 use crate::runtime::Context;
 use anyhow::Result;

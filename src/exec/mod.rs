@@ -83,11 +83,14 @@ pub struct Outcome<B: Backend> {
     pub tensors: HashMap<String, (TensorState, B::Buf)>,
     /// When the run started.
     pub started: chrono::DateTime<chrono::Utc>,
+    /// What this rank held before the run, to measure its peak from.
+    pub since: memory::counted::Since,
 }
 
-/// Runs a validated, planned spec on this rank and writes its run directory. Returns whether
-/// every check passed.
-pub fn run(loaded: &Loaded, plan: &Plan, ctx: &Context, opts: &Options) -> Result<bool> {
+/// Runs a plan on this rank and writes its run directory. Returns whether every check passed.
+pub fn run(plan: &Plan, ctx: &Context, opts: &Options) -> Result<bool> {
+    let loaded = &plan.loaded;
+    let since = memory::counted::Since::now();
     let progress = Progress::new(
         ctx.rank() == 0 && !opts.quiet,
         opts.verbose,
@@ -95,7 +98,10 @@ pub fn run(loaded: &Loaded, plan: &Plan, ctx: &Context, opts: &Options) -> Resul
     );
     if device(loaded, ctx)? == Device::Cuda {
         let started = std::time::Instant::now();
-        let heap = nvshmem_heap(loaded, plan);
+        // NVSHMEM's heap is the plan's, to the byte (`Plan::nvshmem_symmetric_size`).
+        let heap = plan
+            .nvshmem_symmetric_size
+            .map(|_| plan.symmetric_heap_bytes as usize);
         let mut backend = Cuda::new(
             ctx.comm.as_ref(),
             &ctx.host,
@@ -108,7 +114,7 @@ pub fn run(loaded: &Loaded, plan: &Plan, ctx: &Context, opts: &Options) -> Resul
             heap_taken: heap.map_or(0, |b| b as u64),
         };
         memory::preflight(ctx, plan, room)?;
-        match run_on(&backend, loaded, plan, ctx, opts, &progress) {
+        match run_on(&backend, plan, ctx, opts, &progress, since) {
             Ok(passed) => Ok(passed),
             Err(e) => {
                 backend.abandon_nvshmem();
@@ -126,31 +132,31 @@ pub fn run(loaded: &Loaded, plan: &Plan, ctx: &Context, opts: &Options) -> Resul
         memory::preflight(ctx, plan, room)?;
         run_on(
             &Cpu::new(ctx.comm.as_ref()),
-            loaded,
             plan,
             ctx,
             opts,
             &progress,
+            since,
         )
     }
 }
 
 fn run_on<B: Backend>(
     b: &B,
-    loaded: &Loaded,
     plan: &Plan,
     ctx: &Context,
     opts: &Options,
     progress: &Progress,
+    since: memory::counted::Since,
 ) -> Result<bool> {
-    let outcome = execute(b, loaded, plan, progress)?;
+    let outcome = execute(b, plan, progress, since)?;
     let failed: Vec<String> = (outcome.steps.iter())
         .filter_map(|s| {
             let c = s.check.filter(|c| !c.passed)?;
             Some(format!("{} (max error {:.3e})", s.name, c.max_error))
         })
         .collect();
-    write::write(b, loaded, plan, ctx, opts, outcome, progress)?;
+    write::write(b, plan, ctx, opts, outcome, progress)?;
     // Quiet runs print nothing else: a failure still gets its line.
     if opts.quiet && ctx.rank() == 0 && !failed.is_empty() {
         eprintln!("distrun: check failed: {}", failed.join(", "));
@@ -161,59 +167,11 @@ fn run_on<B: Backend>(
 /// Checks, before anything runs, where the run directory goes: rank 0 tries (see
 /// [`write::check_place`]); when that fails, it says why, followed by "nothing was run", and
 /// every rank returns [`crate::runtime::Reported`].
-pub fn check_output(loaded: &Loaded, plan: &Plan, ctx: &Context, opts: &Options) -> Result<()> {
+pub fn check_output(plan: &Plan, ctx: &Context, opts: &Options) -> Result<()> {
     let why = (ctx.rank() == 0)
-        .then(|| write::check_place(&loaded.spec, plan.ranks, opts.out.as_deref()).err())
+        .then(|| write::check_place(&plan.loaded.spec, plan.ranks, opts.out.as_deref()).err())
         .flatten();
     ctx.stop_together(why.map(|e| format!("{e:#}; nothing was run")))
-}
-
-/// NVSHMEM's symmetric heap where the spec's backends name `nvshmem`: the plan's symmetric
-/// tensors, plus room for what arrives by puts in every step (symmetric buffers are not freed
-/// before the end): the pieces a matmul gathers (at most P times each operand's largest piece),
-/// an FFT's transposed slab (and its inverse's, which `check` runs).
-fn nvshmem_heap(loaded: &Loaded, plan: &Plan) -> Option<usize> {
-    let spec = &loaded.spec;
-    let wanted = spec
-        .runtime
-        .backends
-        .as_ref()
-        .is_some_and(|b| b.contains(&crate::spec::model::CommBackend::Nvshmem));
-    if !wanted {
-        return None;
-    }
-    // A ring round's buffer is the largest piece of the operand: P of them bound the rounds.
-    let ranks = plan.ranks;
-    let bytes = |name: &str| {
-        plan.tensors.get(name).map_or(0, |t| {
-            let largest = (0..ranks)
-                .map(|r| crate::ops::step::local_bytes(&t.state, ranks, r))
-                .max()
-                .unwrap_or(0);
-            largest as u64 * ranks
-        })
-    };
-    let workspace = spec
-        .steps
-        .iter()
-        .zip(&plan.steps)
-        .map(|(s, planned)| match (s, &planned.output_state) {
-            (Step::Matmul(m), _) => bytes(&m.a) + bytes(&m.b),
-            (Step::Fft(f), Some(out)) => {
-                use crate::ops::fft::{check::inverse, symmetric_room};
-                let input = &planned.input_states[0];
-                let p = ranks as usize;
-                let back = if f.common.check {
-                    symmetric_room(&inverse(f), out, input, p)
-                } else {
-                    0
-                };
-                (symmetric_room(f, input, out, p) + back) as u64
-            }
-            _ => 0,
-        })
-        .sum::<u64>();
-    Some((plan.symmetric_heap_bytes + workspace) as usize)
 }
 
 /// The libraries a spec's steps need on the GPU: cuBLAS for matmul, cuFFT for FFTs, beside the
@@ -270,12 +228,12 @@ pub fn preflight(loaded: &Loaded) -> Result<()> {
 
 fn execute<B: Backend>(
     b: &B,
-    loaded: &Loaded,
     plan: &Plan,
     progress: &Progress,
+    since: memory::counted::Since,
 ) -> Result<Outcome<B>> {
     let started = chrono::Utc::now();
-    let spec = &loaded.spec;
+    let (loaded, spec) = (&plan.loaded, &plan.loaded.spec);
     let (ranks, rank) = (b.ranks() as u64, b.rank() as u64);
     let mut tensors: HashMap<String, (TensorState, B::Buf)> = HashMap::new();
     for (name, t) in &spec.tensors {
@@ -299,7 +257,7 @@ fn execute<B: Backend>(
     // move there once generated. The heap's memory stays to the end of the run (the GPU backend
     // never frees symmetric buffers alone), so the views outlive this handle safely.
     let arena = if plan.tensors.values().any(|t| t.symmetric.is_some()) {
-        let bytes = plan.symmetric_heap_bytes as usize;
+        let bytes = plan.symmetric_tensor_bytes as usize;
         setup(b, progress, &format!("heap buffer, {bytes} bytes"), || {
             b.symmetric(bytes)
         })?
@@ -314,7 +272,8 @@ fn execute<B: Backend>(
     }
     let mut records = Vec::new();
     panic_if_asked(rank);
-    for (i, (step, planned)) in spec.steps.iter().zip(&plan.steps).enumerate() {
+    for (i, planned) in plan.steps.iter().enumerate() {
+        let step = &planned.step;
         let common = step.common();
         progress.start_step(i, &planned.name, common.warmup + common.iterations);
         let mut record = StepRecord {
@@ -368,6 +327,7 @@ fn execute<B: Backend>(
         steps: records,
         tensors,
         started,
+        since,
     })
 }
 

@@ -160,7 +160,7 @@ fn corrupt<B: Backend>(
         .ok()
         .and_then(|v| v.parse().ok());
     if wanted == Some(step) && b.len(out) > 0 {
-        let mut bytes = b.download(out)?;
+        let mut bytes = b.download(out)?.into_owned();
         bytes[dtype.size() as usize - 1] ^= 0x40;
         *out = b.upload(bytes)?;
     }

@@ -2,26 +2,28 @@
 //! rank 0 gathers each written tensor for its global checksum (and the whole file with
 //! `gather = true`), writes `manifest.json` last and renames the directory into place.
 
+mod whole;
+
 use super::{Options, Outcome, progress::Progress};
 use crate::backend::Backend;
 use crate::dist::Placement;
 use crate::dist::TensorState;
-use crate::ops::step::regather;
+use crate::dist::whole::{CHUNK_BYTES, whole_state};
 use crate::output::checksum::{Hasher, sha256_hex};
 use crate::output::manifest::{
-    self, CheckRecord, Manifest, PipelineRecord, RankInfo, ShardRecord, TensorRecord, TimeStats,
-    ViaRecord,
+    self, CheckRecord, Manifest, MemoryRecord, PipelineRecord, RankInfo, ShardRecord, TensorRecord,
+    TimeStats, ViaRecord,
 };
-use crate::output::npy::write_npy_in;
+use crate::output::npy::{self, write_npy_in};
 use crate::output::rundir::{self, RunDir, default_path};
 use crate::output::{gathered_file, shard_file};
 use crate::plan::{Plan, resolved_dist};
 use crate::runtime::Context;
-use crate::spec::Loaded;
-use crate::spec::model::{Device, Spec};
-use crate::spec::tensor::{Distribution, Layout};
+use crate::spec::model::{Checksum, Device, Spec};
+use crate::spec::tensor::Layout;
 use anyhow::{Context as _, Result};
 use indexmap::IndexMap;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// The names of the files a run on `ranks` ranks writes into its directory: per written tensor,
@@ -77,14 +79,13 @@ pub fn check_place(spec: &Spec, ranks: u64, out: Option<&Path>) -> Result<()> {
 /// Writes the run directory of a finished run (every rank takes part).
 pub fn write<B: Backend>(
     b: &B,
-    loaded: &Loaded,
     plan: &Plan,
     ctx: &Context,
     opts: &Options,
     outcome: Outcome<B>,
     progress: &Progress,
 ) -> Result<()> {
-    let spec = &loaded.spec;
+    let spec = &plan.loaded.spec;
     let (ranks, rank) = (b.ranks() as u64, b.rank() as u64);
     let algorithm = spec.output.checksum;
     // Rank 0 creates the directory under a temporary name; the others open it by that name.
@@ -149,27 +150,18 @@ pub fn write<B: Backend>(
                 checksum,
             },
         ));
-        if let Some((shape, whole)) = global(b, state, buf)? {
-            let mut h = Hasher::new(algorithm);
-            h.update(&whole);
-            let file = if spec.output.gather {
-                let file = gathered_file(name);
-                let checksum = write_npy_in(
-                    &rundir,
-                    &file,
-                    algorithm,
-                    state.dtype,
-                    &shape,
-                    Layout::C,
-                    &whole,
-                )
-                .with_context(|| format!("cannot write {file}"))?;
-                Some((file, checksum))
-            } else {
-                None
-            };
-            globals.insert(name.clone(), (h.finish(), file));
-        }
+        globals.insert(
+            name.clone(),
+            global(
+                b,
+                &rundir,
+                algorithm,
+                state,
+                buf,
+                spec.output.gather.then(|| gathered_file(name)),
+            )
+            .with_context(|| format!("cannot write the whole of {name}"))?,
+        );
     }
     // Every rank's shards and whereabouts reach rank 0 (this also waits for every shard).
     let shards = b.all_gather_bytes(&serde_json::to_vec(&shards)?)?;
@@ -181,6 +173,10 @@ pub fn write<B: Backend>(
         rank,
         host: ctx.host.clone(),
         device: b.device(),
+        memory: Some(outcome.since.measured()).map(|m| MemoryRecord {
+            heap_peak_bytes: m.heap_bytes,
+            max_rss_bytes: m.rss_bytes,
+        }),
     };
     let infos = b.all_gather_bytes(&serde_json::to_vec(&me)?)?;
     if let Some(rundir) = rundir {
@@ -193,7 +189,7 @@ pub fn write<B: Backend>(
             .map(|bytes| serde_json::from_slice(bytes))
             .collect::<Result<Vec<RankInfo>, _>>()?;
         let device = b.device_kind();
-        let m = manifest(loaded, plan, &outcome, rank_info, all, globals, device);
+        let m = manifest(plan, &outcome, rank_info, all, globals, device);
         manifest::write_manifest(&rundir, &m).context("cannot write manifest.json")?;
         let path = rundir
             .commit()
@@ -204,46 +200,55 @@ pub fn write<B: Backend>(
     b.barrier()
 }
 
-/// The whole tensor in C order on rank 0 (None elsewhere), with its shape: a partial tensor is
-/// the stack of every rank's array.
+/// The global checksum of a tensor (the whole in C order: a partial tensor is the stack of
+/// every rank's array), and with `file` its gathered `.npy` and that file's checksum, streamed to
+/// rank 0 ([`whole::stream`]); elsewhere empty. Collective.
 fn global<B: Backend>(
     b: &B,
+    rundir: &RunDir,
+    algorithm: Checksum,
     state: &TensorState,
     buf: &B::Buf,
-) -> Result<Option<(Vec<u64>, Vec<u8>)>> {
-    let ranks = b.ranks() as u64;
-    // A partial tensor's rows, each in C order, are the slabs of the stacked [P, *S].
-    let stacked;
-    let (state, buf) = if state.dist == Distribution::Partial {
-        let c = TensorState {
-            layout: Layout::C,
-            ..state.clone()
+    file: Option<String>,
+) -> Result<(String, Option<(String, String)>)> {
+    let whole = whole_state(state, b.ranks() as u64);
+    let mut h = Hasher::new(algorithm);
+    let Some(file) = file.filter(|_| b.rank() == 0) else {
+        whole::stream(b, state, buf, CHUNK_BYTES, &mut |bytes| {
+            h.update(bytes);
+            Ok(())
+        })?;
+        return Ok((h.finish(), None));
+    };
+    let header = npy::header(whole.dtype, &whole.shape, Layout::C)?;
+    let mut in_file = Hasher::new(algorithm);
+    in_file.update(&header);
+    let (mut streamed, mut ran) = (Ok(()), false);
+    let written = rundir.write_file(&file, |f| {
+        ran = true;
+        f.write_all(&header)?;
+        let mut sink = |bytes: &[u8]| {
+            h.update(bytes);
+            in_file.update(bytes);
+            f.write_all(bytes)
         };
-        let row = regather(b, state, buf, &c)?;
-        let shape = std::iter::once(ranks).chain(state.shape.iter().copied());
-        stacked = (
-            TensorState {
-                shape: shape.collect(),
-                dist: Distribution::slab(0),
-                ..c
-            },
-            row,
-        );
-        (&stacked.0, &stacked.1)
-    } else {
-        (state, buf)
-    };
-    let at_root = TensorState {
-        dist: Distribution::Root(0),
-        layout: Layout::C,
-        ..state.clone()
-    };
-    let whole = b.download(&regather(b, state, buf, &at_root)?)?;
-    Ok((b.rank() == 0).then(|| (state.shape.clone(), whole)))
+        streamed = whole::stream(b, state, buf, CHUNK_BYTES, &mut sink);
+        // The exchanges' failure is returned below; the file is not kept either way.
+        streamed
+            .as_ref()
+            .map_err(|e| std::io::Error::other(format!("{e:#}")))?;
+        Ok(())
+    });
+    if !ran {
+        // The file could not be opened: the other ranks' exchanges still need this rank's.
+        whole::stream(b, state, buf, CHUNK_BYTES, &mut |_| Ok(()))?;
+    }
+    streamed?;
+    written?;
+    Ok((h.finish(), Some((file, in_file.finish()))))
 }
 
 fn manifest<B: Backend>(
-    loaded: &Loaded,
     plan: &Plan,
     outcome: &Outcome<B>,
     rank_info: Vec<RankInfo>,
@@ -251,7 +256,8 @@ fn manifest<B: Backend>(
     globals: IndexMap<String, (String, Option<(String, String)>)>,
     device: Device,
 ) -> Manifest {
-    let (spec, ranks) = (&loaded.spec, plan.ranks);
+    let (loaded, ranks) = (&plan.loaded, plan.ranks);
+    let spec = &loaded.spec;
     let steps = outcome
         .steps
         .iter()
@@ -331,6 +337,7 @@ fn manifest<B: Backend>(
         checksum_algorithm: spec.output.checksum,
         steps,
         tensors,
+        planned_peak_bytes_per_rank: Some(plan.peak_bytes_per_rank),
     }
 }
 

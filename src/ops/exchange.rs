@@ -110,6 +110,17 @@ pub trait Holdings {
     fn layout(&self) -> Layout;
     /// What `rank` holds.
     fn intervals(&self, rank: u64, ranks: u64) -> Option<Intervals>;
+    /// How many elements `rank` holds along each axis (none: zeros).
+    fn extents(&self, rank: u64, ranks: u64) -> Vec<u64> {
+        self.intervals(rank, ranks).map_or_else(
+            || vec![0; self.shape().len()],
+            |iv| {
+                iv.iter()
+                    .map(|axis| axis.iter().map(|(lo, hi)| hi - lo).sum())
+                    .collect()
+            },
+        )
+    }
 }
 
 impl Holdings for Side<'_> {
@@ -121,6 +132,12 @@ impl Holdings for Side<'_> {
     }
     fn intervals(&self, rank: u64, ranks: u64) -> Option<Intervals> {
         Placement::new(self.dist, self.shape, ranks).intervals(rank)
+    }
+    // Without listing a block-cyclic piece's blocks (a plan sizes pieces of any tensor).
+    fn extents(&self, rank: u64, ranks: u64) -> Vec<u64> {
+        Placement::new(self.dist, self.shape, ranks)
+            .local_shape(rank)
+            .unwrap_or_else(|| vec![0; self.shape.len()])
     }
 }
 
@@ -274,12 +291,18 @@ fn runs(
     if common.iter().any(Vec::is_empty) {
         return;
     }
-    let fast = traverse[0];
-    let slow: Vec<usize> = traverse[1..].to_vec();
     // Iterate over the intervals of every axis, then over the elements of every slow axis.
     let mut pick = vec![0usize; nd];
     loop {
         let bounds: Vec<(u64, u64, u64, u64)> = (0..nd).map(|ax| common[ax][pick[ax]]).collect();
+        // Within the box, an axis of one element orders nothing: runs go along the first longer
+        // one (a piece `[1, n, n]` of a stack in F order would otherwise copy one element a run).
+        let (long, single): (Vec<usize>, Vec<usize>) = traverse
+            .iter()
+            .partition(|&&ax| bounds[ax].1 - bounds[ax].0 > 1);
+        let mut within = long.into_iter().chain(single);
+        let fast = within.next().expect("a tensor has an axis");
+        let slow: Vec<usize> = within.collect();
         let len = (bounds[fast].1 - bounds[fast].0) as usize;
         let mut idx = vec![0u64; nd];
         loop {

@@ -6,8 +6,8 @@
 //! count and the values' magnitudes. Both cost O(n) per rank and a few small collectives.
 
 use super::Comparison;
-use super::exchange::Custom;
-use super::step::{Movement, Staged, local_bytes, regather};
+use super::exchange::{Custom, Side};
+use super::step::{Movement, Staged, local_bytes, regather, staged_bytes};
 use crate::backend::Backend;
 use crate::dist::{Placement, TensorState};
 use crate::init::{self, CHUNK, IndexMap, Scalar};
@@ -172,7 +172,8 @@ fn largest_difference<B: Backend>(
 ) -> Result<f64> {
     let dtype = input.0.dtype;
     let size = dtype.size() as usize;
-    let back = b.download(&regather(b, out.0, out.1, input.0)?)?;
+    let back = regather(b, out.0, out.1, input.0)?;
+    let back = b.download(&back)?;
     let given = b.download(input.1)?;
     Ok(back
         .chunks_exact(size)
@@ -189,23 +190,17 @@ fn largest_difference<B: Backend>(
         .fold(0.0, f64::max))
 }
 
-/// Checks a reduction (all_reduce, reduce, reduce_scatter) of a partial input with `op`: every
-/// rank's actual input is moved so that rank r holds every rank's values on its slab (along
-/// axis 0) of the result, and the result's values there, and recomputes them in rank order (in
-/// f64 for floats, wrapping in the dtype for integers). Integers, min and max must match
-/// exactly; float sums, averages and products within `2 ((P + 1) eps |x|)` of the magnitude
-/// `|x|` of the terms that enter (the sum of their absolute values; for a product, the product's
-/// own), plus the dtype's smallest subnormal where a product underflows.
-pub fn reduced<B: Backend>(
-    b: &B,
-    op: ReduceOp,
-    input: (&TensorState, &B::Buf),
-    out: (&TensorState, &B::Buf),
-) -> Result<Comparison> {
-    let (ranks, rank) = (b.ranks() as u64, b.rank() as u64);
-    let (in_state, out_state) = (input.0, out.0);
+/// A reduction's check, laid out: the partial input as the stacked `[P, *S]` in slabs of one row
+/// (rank p's piece is row p, in its layout), the pieces of it each rank recomputes (every row of
+/// its slab of S), and the result's slab of S it compares them with.
+struct Terms {
+    stacked: TensorState,
+    target: Custom,
+    checked: TensorState,
+}
+
+fn terms(in_state: &TensorState, ranks: u64) -> Terms {
     let (dtype, shape) = (in_state.dtype, &in_state.shape);
-    let size = dtype.size() as usize;
     let slab = Distribution::slab(0);
     let checked = TensorState {
         shape: shape.clone(),
@@ -213,8 +208,6 @@ pub fn reduced<B: Backend>(
         layout: Layout::C,
         dist: slab.clone(),
     };
-    // The partial input is the stacked [P, *S] in slabs of one row (rank p's piece is row p, in
-    // its layout); rank r needs every row of its slab of S.
     let stacked_shape: Vec<u64> = std::iter::once(ranks)
         .chain(shape.iter().copied())
         .collect();
@@ -236,6 +229,70 @@ pub fn reduced<B: Backend>(
             })
             .collect(),
     };
+    Terms {
+        stacked,
+        target,
+        checked,
+    }
+}
+
+/// The bytes a step's check holds on a rank beyond its input and result (by rank): for a
+/// reduction every rank's terms of its slab and the result's slab, each moved there (with the
+/// exchanges' scratch); for a move, the result moved back to the input's distribution, which only
+/// a failed check takes to report its largest difference.
+pub fn workspace<'a>(
+    step: &Step,
+    input: &'a TensorState,
+    out: &'a TensorState,
+    ranks: u64,
+) -> impl Fn(u64) -> u64 + 'a {
+    let reduces = matches!(
+        step,
+        Step::AllReduce(_) | Step::Reduce(_) | Step::ReduceScatter(_)
+    );
+    let t = reduces.then(|| terms(input, ranks));
+    move |rank| match &t {
+        None => {
+            let side = Side {
+                dist: &input.dist,
+                shape: &input.shape,
+                layout: input.layout,
+            };
+            staged_bytes(out, &side, ranks, rank)
+        }
+        Some(t) => {
+            let side = Side {
+                dist: &t.checked.dist,
+                shape: &t.checked.shape,
+                layout: t.checked.layout,
+            };
+            staged_bytes(&t.stacked, &t.target, ranks, rank) + staged_bytes(out, &side, ranks, rank)
+        }
+    }
+}
+
+/// Checks a reduction (all_reduce, reduce, reduce_scatter) of a partial input with `op`: every
+/// rank's actual input is moved so that rank r holds every rank's values on its slab (along
+/// axis 0) of the result, and the result's values there, and recomputes them in rank order (in
+/// f64 for floats, wrapping in the dtype for integers). Integers, min and max must match
+/// exactly; float sums, averages and products within `2 ((P + 1) eps |x|)` of the magnitude
+/// `|x|` of the terms that enter (the sum of their absolute values; for a product, the product's
+/// own), plus the dtype's smallest subnormal where a product underflows.
+pub fn reduced<B: Backend>(
+    b: &B,
+    op: ReduceOp,
+    input: (&TensorState, &B::Buf),
+    out: (&TensorState, &B::Buf),
+) -> Result<Comparison> {
+    let (ranks, rank) = (b.ranks() as u64, b.rank() as u64);
+    let (in_state, out_state) = (input.0, out.0);
+    let dtype = in_state.dtype;
+    let size = dtype.size() as usize;
+    let Terms {
+        stacked,
+        target,
+        checked,
+    } = terms(in_state, ranks);
     let n = local_bytes(&checked, ranks, rank) / size;
     let movement = Movement::to(&stacked, &target, ranks, rank);
     let mut terms = Staged::new(b, movement, n * ranks as usize * size)?;

@@ -8,7 +8,7 @@ use crate::dist::TensorState;
 use crate::runtime::comm::Parts;
 use crate::spec::model::CommBackend;
 use crate::spec::step::{ReduceOp, SendRecvPattern, Step};
-use crate::spec::tensor::Distribution;
+use crate::spec::tensor::{DType, Distribution};
 use anyhow::{Result, bail};
 
 /// Bytes of `rank`'s piece of a tensor in a state.
@@ -18,6 +18,33 @@ pub fn local_bytes(state: &TensorState, ranks: u64, rank: u64) -> usize {
         .map_or(0, |s| {
             s.iter().product::<u64>() as usize * state.dtype.size() as usize
         })
+}
+
+/// A reduce_scatter's packing (every rank's block, in rank order, from the input's layout) and
+/// each rank's block's elements (its slab, which may differ by a row from its neighbours').
+pub fn reduce_scatter_blocks(
+    input: &TensorState,
+    output: &TensorState,
+    ranks: u64,
+) -> (Vec<exchange::Run>, Vec<usize>) {
+    let to = Side {
+        dist: &output.dist,
+        shape: &output.shape,
+        layout: output.layout,
+    };
+    let elem = output.dtype.size() as usize;
+    let counts = (0..ranks)
+        .map(|r| local_bytes(output, ranks, r) / elem)
+        .collect();
+    (exchange::blocks(input.layout, to, ranks), counts)
+}
+
+/// Whether `runs` take all `n` elements in place, in order (splitting along the slowest axis of
+/// the layout): then nothing needs packing.
+pub fn in_rank_order(runs: &[exchange::Run], n: usize) -> bool {
+    runs.iter()
+        .all(|r| r.src == r.dst && (r.count <= 1 || (r.src_stride == 1 && r.dst_stride == 1)))
+        && runs.iter().map(|r| r.count).sum::<usize>() == n
 }
 
 /// Where rank `me`'s part for each rank lands in that rank's result, from every rank's
@@ -218,19 +245,128 @@ impl Movement {
         b.put_barrier()
     }
 
+    /// Bytes of the scratch send and receive buffers this movement needs (none where a peer's
+    /// elements travel straight from the source or into the destination).
+    pub fn scratch_bytes(&self) -> [usize; 2] {
+        let send = match self.ex.direct_send {
+            Some(_) => 0,
+            None => self.ex.sent(),
+        };
+        let recv = match self.ex.direct_recv {
+            Some(_) => 0,
+            None => self.ex.recv_counts.iter().sum(),
+        };
+        [send * self.elem, recv * self.elem]
+    }
+
     /// Scratch send and receive buffers sized for this movement.
     pub fn buffers<B: Backend>(&self, b: &B) -> Result<(B::Buf, B::Buf)> {
-        let send = if self.ex.direct_send.is_some() {
+        let [send, recv] = self.scratch_bytes();
+        Ok((b.zeros(send)?, b.zeros(recv)?))
+    }
+}
+
+/// Rank counts up to which the plan sizes an exchange's scratch exactly (planning every rank's
+/// exchange takes time that grows with the square of the ranks, and with the runs it copies);
+/// above, or for a tensor of more than [`EXACT_ELEMENTS`], it counts each scratch buffer at its
+/// largest: the rank's whole piece sent, its whole piece received.
+pub const EXACT_RANKS: u64 = 64;
+
+/// Elements up to which the plan sizes an exchange's scratch exactly (see [`EXACT_RANKS`]).
+pub const EXACT_ELEMENTS: u64 = 1 << 20;
+
+/// Bytes a [`Staged`] movement from `from` to `to` holds on `rank`: its scratch buffers and the
+/// piece it lands (see [`EXACT_RANKS`] and [`EXACT_ELEMENTS`]).
+pub fn staged_bytes(from: &TensorState, to: &dyn exchange::Holdings, ranks: u64, rank: u64) -> u64 {
+    let elem = from.dtype.size();
+    let landed = to.extents(rank, ranks).iter().product::<u64>() * elem;
+    let elements = from.shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d));
+    let exact = ranks <= EXACT_RANKS && elements.is_some_and(|n| n <= EXACT_ELEMENTS);
+    let scratch = if exact {
+        let [send, recv] = Movement::to(from, to, ranks, rank).scratch_bytes();
+        (send + recv) as u64
+    } else {
+        local_bytes(from, ranks, rank) as u64 + landed
+    };
+    scratch + landed
+}
+
+/// Bytes a prepared movement step holds on a rank beyond its input and result (by rank: what
+/// every rank shares is worked out once): the exchange's scratch, a reduce_scatter's packed
+/// blocks, a send_recv's staged rows, the result in the input's layout before a change of layout.
+pub fn workspace<'a>(
+    step: &'a Step,
+    input: &'a TensorState,
+    output: &'a TensorState,
+    ranks: u64,
+) -> impl Fn(u64) -> u64 + 'a {
+    // A reduce_scatter packs every rank's block (the whole input) unless it holds them in order.
+    let packed = match step {
+        Step::ReduceScatter(_) => {
+            let (runs, counts) = reduce_scatter_blocks(input, output, ranks);
+            let elem = input.dtype.size() as usize;
+            match in_rank_order(&runs, local_bytes(input, ranks, 0) / elem) {
+                true => 0,
+                false => (counts.iter().sum::<usize>() * elem) as u64,
+            }
+        }
+        _ => 0,
+    };
+    move |rank| movement_workspace(step, input, output, (ranks, rank), packed)
+}
+
+fn movement_workspace(
+    step: &Step,
+    input: &TensorState,
+    output: &TensorState,
+    (ranks, rank): (u64, u64),
+    packed: u64,
+) -> u64 {
+    let piece = |s: &TensorState| local_bytes(s, ranks, rank) as u64;
+    let relayout = || {
+        let same = TensorState {
+            layout: input.layout,
+            ..output.clone()
+        };
+        if input.layout == output.layout {
             0
         } else {
-            self.ex.sent()
-        };
-        let recv = if self.ex.direct_recv.is_some() {
-            0
-        } else {
-            self.ex.recv_counts.iter().sum()
-        };
-        Ok((b.zeros(send * self.elem)?, b.zeros(recv * self.elem)?))
+            piece(&same)
+        }
+    };
+    // The CPU reduces half types in f32: both sides widened.
+    let widened = || match input.dtype {
+        DType::F16 | DType::Bf16 => 2 * (piece(input) + piece(output)),
+        _ => 0,
+    };
+    match step {
+        Step::Redistribute(_)
+        | Step::AllGather(_)
+        | Step::Gather(_)
+        | Step::Scatter(_)
+        | Step::AllToAll(_) => {
+            let to = Side {
+                dist: &output.dist,
+                shape: &output.shape,
+                layout: output.layout,
+            };
+            staged_bytes(input, &to, ranks, rank) - piece(output)
+        }
+        Step::AllReduce(_) | Step::Reduce(_) => relayout() + widened(),
+        Step::Broadcast(_) => relayout(),
+        // MPI's reduce_scatter reduces through a buffer of the whole input.
+        Step::ReduceScatter(_) => packed + piece(input) + widened(),
+        Step::SendRecv(s) => {
+            let sends = match &s.pairs {
+                Some(pairs) => pairs
+                    .iter()
+                    .filter(|[a, b]| u64::from(*a) == rank && a != b)
+                    .count(),
+                None => usize::from(ranks > 1),
+            };
+            sends as u64 * piece(input) + relayout()
+        }
+        Step::Barrier(_) | Step::Matmul(_) | Step::Fft(_) => 0,
     }
 }
 
@@ -268,10 +404,11 @@ enum Kernel {
     Move(Box<Movement>),
     AllReduce(ReduceOp),
     Reduce(ReduceOp, usize),
-    /// The send buffer packing (rank q's block after those of the ranks before it), then the
-    /// reduction of blocks of `counts[q]` elements.
+    /// The send buffer packing (rank q's block after those of the ranks before it; None where
+    /// the input holds the blocks in that order already), then the reduction of blocks of
+    /// `counts[q]` elements.
     ReduceScatter {
-        runs: Vec<exchange::Run>,
+        runs: Option<Vec<exchange::Run>>,
         counts: Vec<usize>,
         op: ReduceOp,
     },
@@ -349,20 +486,14 @@ impl<B: Backend> Prepared<B> {
                 (Kernel::Broadcast(root as usize), relayout())
             }
             Step::ReduceScatter(s) => {
-                let to = Side {
-                    dist: &output.dist,
-                    shape: &output.shape,
-                    layout: output.layout,
-                };
-                let runs = exchange::blocks(input.layout, to, ranks);
-                // Each rank's block: its slab, which may differ by a row from its neighbours'.
-                let counts: Vec<usize> = (0..ranks)
-                    .map(|r| local_bytes(output, ranks, r) / elem)
-                    .collect();
-                scratch.push(b.zeros(counts.iter().sum::<usize>() * elem)?);
+                let (runs, counts) = reduce_scatter_blocks(input, output, ranks);
+                let packs = !in_rank_order(&runs, local_bytes(input, ranks, rank) / elem);
+                if packs {
+                    scratch.push(b.zeros(counts.iter().sum::<usize>() * elem)?);
+                }
                 (
                     Kernel::ReduceScatter {
-                        runs,
+                        runs: packs.then_some(runs),
                         counts,
                         op: s.reduce,
                     },
@@ -458,20 +589,14 @@ impl<B: Backend> Prepared<B> {
             }
             Kernel::AllReduce(op) => b.all_reduce(input, &mut self.out, dtype, *op)?,
             Kernel::Reduce(op, root) => b.reduce(input, &mut self.out, dtype, *op, *root)?,
-            Kernel::ReduceScatter { runs, counts, op } => {
-                // Splitting along the slowest axis of the layout needs no packing.
-                let identity = runs.iter().all(|r| {
-                    r.src == r.dst && (r.count <= 1 || (r.src_stride == 1 && r.dst_stride == 1))
-                }) && runs.iter().map(|r| r.count).sum::<usize>() * elem
-                    == b.len(input);
-                if identity {
-                    b.reduce_scatter(input, &mut self.out, counts, dtype, *op)?;
-                } else {
+            Kernel::ReduceScatter { runs, counts, op } => match runs {
+                None => b.reduce_scatter(input, &mut self.out, counts, dtype, *op)?,
+                Some(runs) => {
                     let send = &mut self.scratch[0];
                     b.copy_runs(input, send, runs, elem)?;
                     b.reduce_scatter(send, &mut self.out, counts, dtype, *op)?;
                 }
-            }
+            },
             Kernel::Broadcast(root) => b.broadcast(Some(input), &mut self.out, *root)?,
             Kernel::SendRecv { send, recv, keep } => {
                 let row = send.iter().chain(recv).copied().max().unwrap_or(0);

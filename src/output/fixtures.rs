@@ -87,6 +87,7 @@ pub fn sample_manifest(algorithm: Checksum) -> Manifest {
                 rank,
                 host: "node1".to_string(),
                 device: "cpu".to_string(),
+                memory: None,
             })
             .collect(),
         checksum_algorithm: algorithm,
@@ -112,5 +113,6 @@ pub fn sample_manifest(algorithm: Checksum) -> Manifest {
             pipeline: None,
         }],
         tensors,
+        planned_peak_bytes_per_rank: None,
     }
 }

@@ -42,6 +42,10 @@ pub struct Manifest {
     pub steps: Vec<StepRecord>,
     /// The written tensors, by name.
     pub tensors: IndexMap<String, TensorRecord>,
+    /// The plan's peak bytes per rank (heap included), beside what each rank measured
+    /// (`rank_info[r].memory`); absent from manifests written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planned_peak_bytes_per_rank: Option<u64>,
 }
 
 /// Where one rank ran.
@@ -53,6 +57,20 @@ pub struct RankInfo {
     pub host: String,
     /// Its device, e.g. `cpu` or `cuda:0 (NVIDIA H100 80GB HBM3)`.
     pub device: String,
+    /// What the rank's host memory held at most during the run, beyond what it held before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryRecord>,
+}
+
+/// A rank's host memory during a run, measured (see `exec::memory::counted`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryRecord {
+    /// The most heap bytes allocated at once: on the CPU the tensors, workspaces, checks and
+    /// writing; on a GPU the host side (downloads, staging) only.
+    pub heap_peak_bytes: u64,
+    /// The growth of the resident set's high-water mark, where the OS reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_rss_bytes: Option<u64>,
 }
 
 /// How one step went.

@@ -34,7 +34,7 @@ fn descr(dtype: DType) -> &'static str {
 
 /// The magic, version, header length and header dictionary, padded so the data starts aligned:
 /// the exact bytes before the data of every `.npy` distrun writes.
-pub(super) fn header(dtype: DType, shape: &[u64], layout: Layout) -> io::Result<Vec<u8>> {
+pub(crate) fn header(dtype: DType, shape: &[u64], layout: Layout) -> io::Result<Vec<u8>> {
     let dims: Vec<String> = shape.iter().map(u64::to_string).collect();
     let shape = match dims.len() {
         1 => format!("({},)", dims[0]),

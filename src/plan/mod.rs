@@ -3,6 +3,7 @@
 
 pub mod heap;
 pub mod matmul;
+pub mod memory;
 mod report;
 pub mod resolve;
 
@@ -12,6 +13,8 @@ pub use resolve::{Resolved, resolve};
 use crate::dist::{Placement, TensorState};
 use crate::spec::Loaded;
 use crate::spec::diag::Diagnostic;
+use crate::spec::model::CommBackend;
+use crate::spec::step::Step;
 use indexmap::IndexMap;
 
 /// One tensor, resolved for N ranks.
@@ -39,6 +42,8 @@ pub struct TensorPlan {
 /// One step, resolved (by the meaning pass, which the plan keeps as it is).
 #[derive(Debug, Clone)]
 pub struct StepPlan {
+    /// The step as the spec gives it, defaults filled in: its parameters.
+    pub step: Step,
     /// The op name.
     pub op: &'static str,
     /// The step's name (given, or `op#index`).
@@ -53,6 +58,8 @@ pub struct StepPlan {
     pub output_state: Option<TensorState>,
     /// The matmul algorithm chosen and what it moves.
     pub matmul: Option<matmul::MatmulChoice>,
+    /// What it holds beside its tensors (filled in by [`plan`]).
+    pub memory: memory::StepMemory,
 }
 
 impl StepPlan {
@@ -62,18 +69,28 @@ impl StepPlan {
     }
 }
 
-/// A spec resolved for a rank count.
+/// A spec resolved for a rank count: everything a run needs.
 #[derive(Debug, Clone)]
 pub struct Plan {
+    /// The spec it was made from (its tensors' inits, and the manifest's record of it).
+    pub loaded: Loaded,
     /// The rank count.
     pub ranks: u64,
     /// Every tensor.
     pub tensors: IndexMap<String, TensorPlan>,
     /// Every step.
     pub steps: Vec<StepPlan>,
-    /// Bytes of the symmetric heap on every rank.
+    /// Bytes of the symmetric heap on every rank: its tensors, then the steps' room for puts.
     pub symmetric_heap_bytes: u64,
-    /// The most bytes a rank holds at once, heap included.
+    /// The part of the heap its tensors take (from its start).
+    pub symmetric_tensor_bytes: u64,
+    /// Where the spec's backends name `nvshmem`: `NVSHMEM_SYMMETRIC_SIZE`, what each rank gives
+    /// NVSHMEM (the heap and NVSHMEM's own margin, rounded up to CUDA's granule).
+    pub nvshmem_symmetric_size: Option<u64>,
+    /// Bytes writing the outputs holds at most, by rank (a chunk of a tensor streaming to rank 0).
+    pub write_bytes: Vec<u64>,
+    /// The most bytes a rank holds at once: live tensors, the running step's workspace and its
+    /// check's, the writing's, the GEMM library's buffers, and the heap.
     pub peak_bytes_per_rank: u64,
 }
 
@@ -131,15 +148,45 @@ pub fn plan(loaded: &Loaded, ranks: u64) -> Result<Plan, Vec<Diagnostic>> {
             },
         );
     }
-    let symmetric_heap_bytes = place_symmetric(&mut tensors);
-    let peak_bytes_per_rank = peak(&tensors, n_steps, ranks) + symmetric_heap_bytes;
-    Ok(Plan {
+    let symmetric_tensor_bytes = place_symmetric(&mut tensors);
+    let puts = loaded
+        .spec
+        .runtime
+        .backends
+        .as_ref()
+        .is_some_and(|b| b.contains(&CommBackend::Nvshmem));
+    let mut steps = resolved.steps;
+    for planned in &mut steps {
+        planned.memory = memory::step_memory(planned, ranks, puts);
+    }
+    let symmetric_heap_bytes =
+        symmetric_tensor_bytes + steps.iter().map(|s| s.memory.heap).sum::<u64>();
+    // Outputs are written one after another: the most any one takes.
+    let streams: Vec<_> = (written.iter())
+        .filter_map(|name| tensors.get(name.as_str()))
+        .map(|t| crate::dist::whole::streaming_bytes(t.states.last().unwrap_or(&t.state), ranks))
+        .collect();
+    let write_bytes = (0..ranks)
+        .map(|r| streams.iter().map(|bytes| bytes(r)).max().unwrap_or(0))
+        .collect();
+    let mut plan = Plan {
+        loaded: loaded.clone(),
         ranks,
         tensors,
-        steps: resolved.steps,
+        steps,
         symmetric_heap_bytes,
-        peak_bytes_per_rank,
-    })
+        symmetric_tensor_bytes,
+        nvshmem_symmetric_size: puts.then(|| nvshmem_size(symmetric_heap_bytes)),
+        write_bytes,
+        peak_bytes_per_rank: 0,
+    };
+    plan.peak_bytes_per_rank = peak(&plan) + symmetric_heap_bytes;
+    Ok(plan)
+}
+
+/// `NVSHMEM_SYMMETRIC_SIZE` for a heap of `bytes`.
+fn nvshmem_size(bytes: u64) -> u64 {
+    crate::backend::cuda::nvshmem::symmetric_size(bytes as usize).map_or(u64::MAX, |n| n as u64)
 }
 
 fn place_symmetric(tensors: &mut IndexMap<String, TensorPlan>) -> u64 {
@@ -166,21 +213,34 @@ fn place_symmetric(tensors: &mut IndexMap<String, TensorPlan>) -> u64 {
     size
 }
 
-/// The most bytes of non-symmetric tensors any rank holds at one position.
-fn peak(tensors: &IndexMap<String, TensorPlan>, n_steps: usize, ranks: u64) -> u64 {
-    (0..=n_steps)
-        .map(|pos| {
-            (0..ranks as usize)
-                .map(|r| {
-                    tensors
-                        .values()
-                        .filter(|t| t.symmetric.is_none() && t.first <= pos && pos <= t.last)
-                        .map(|t| t.bytes_per_rank[r])
-                        .sum::<u64>()
-                })
-                .max()
-                .unwrap_or(0)
-        })
-        .max()
-        .unwrap_or(0)
+/// The most bytes any rank holds off the heap at one position: its live non-symmetric tensors,
+/// with the step running there (its workspace, or its check's after it) or, at the end, the
+/// writing; from
+/// the first matmul on, the GEMM library's buffers.
+fn peak(plan: &Plan) -> u64 {
+    let n_steps = plan.steps.len();
+    let first_gemm = (plan.steps.iter()).position(|s| matches!(s.step, Step::Matmul(_)));
+    let mut most = 0;
+    for pos in 0..=n_steps {
+        let library = match first_gemm {
+            Some(first) if pos >= first => crate::ops::matmul::memory::LIBRARY_BYTES,
+            _ => 0,
+        };
+        for r in 0..plan.ranks as usize {
+            let tensors: u64 = (plan.tensors.values())
+                .filter(|t| t.symmetric.is_none() && t.first <= pos && pos <= t.last)
+                .map(|t| t.bytes_per_rank[r])
+                .sum();
+            // A step's buffers are gone when its check runs.
+            let beside = match plan.steps.get(pos) {
+                Some(s) => {
+                    let at = |v: &[u64]| v.get(r).copied().unwrap_or(0);
+                    at(&s.memory.run).max(at(&s.memory.check))
+                }
+                None => plan.write_bytes[r],
+            };
+            most = most.max(tensors.saturating_add(beside) + library);
+        }
+    }
+    most
 }

@@ -138,6 +138,10 @@ impl Plan {
                     "inputs": s.inputs,
                     "outputs": s.outputs,
                 });
+                let most = |v: &[u64]| v.iter().copied().max().unwrap_or(0);
+                v["workspace_bytes_per_rank"] = json!(most(&s.memory.run));
+                v["check_bytes_per_rank"] = json!(most(&s.memory.check));
+                v["heap_bytes"] = json!(s.memory.heap);
                 if let Some(m) = &s.matmul {
                     v["algorithm"] = json!(m.algorithm.name());
                     v["detail"] = json!(m.detail);
@@ -151,6 +155,9 @@ impl Plan {
             "tensors": tensors,
             "steps": steps,
             "symmetric_heap_bytes": self.symmetric_heap_bytes,
+            "symmetric_tensor_bytes": self.symmetric_tensor_bytes,
+            "nvshmem_symmetric_size": self.nvshmem_symmetric_size,
+            "write_bytes_per_rank": self.write_bytes.iter().copied().max().unwrap_or(0),
             "peak_bytes_per_rank": self.peak_bytes_per_rank,
         })
     }
@@ -233,13 +240,38 @@ impl Plan {
             out.push('\n');
             out.push_str(&table(&rows));
         }
-        out.push_str(&format!(
-            "\nsymmetric heap: {} per rank ({} bytes)\npeak memory:    {} per rank (heap included)\n",
+        out.push_str(&self.memory_text());
+        out
+    }
+}
+
+impl Plan {
+    /// The table's last lines: the heap (and what NVSHMEM is given), the most a step's workspace
+    /// and check and the writing hold, and the peak.
+    fn memory_text(&self) -> String {
+        let most = |v: &mut dyn Iterator<Item = u64>| human_bytes(v.max().unwrap_or(0));
+        let mut text = format!(
+            "\nsymmetric heap: {} per rank ({} bytes)\n",
             human_bytes(self.symmetric_heap_bytes),
             self.symmetric_heap_bytes,
+        );
+        if let Some(size) = self.nvshmem_symmetric_size {
+            text.push_str(&format!(
+                "NVSHMEM heap:   {} per rank (NVSHMEM_SYMMETRIC_SIZE={size}: the heap and a margin of {})\n",
+                human_bytes(size),
+                human_bytes(size - self.symmetric_heap_bytes)
+            ));
+        }
+        let steps = || self.steps.iter().map(|s| &s.memory);
+        text.push_str(&format!(
+            "workspace:      {} per rank at most (a step's), {} (a check's), {} (writing)\n\
+             peak memory:    {} per rank (heap included)\n",
+            most(&mut steps().flat_map(|m| m.run.iter().copied())),
+            most(&mut steps().flat_map(|m| m.check.iter().copied())),
+            most(&mut self.write_bytes.iter().copied()),
             human_bytes(self.peak_bytes_per_rank)
         ));
-        out
+        text
     }
 }
 

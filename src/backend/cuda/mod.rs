@@ -27,6 +27,7 @@ use cudarc::driver::{
     PushKernelArg,
 };
 use cudarc::nccl::{result as nccl, sys as nccl_sys};
+use std::borrow::Cow;
 use std::cell::{Cell, OnceCell, RefCell};
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
@@ -519,16 +520,16 @@ impl Backend for Cuda<'_> {
         Ok(DevBuf::owned(self.stream.clone_htod(&data)?, data.len()))
     }
 
-    fn download(&self, buf: &Self::Buf) -> Result<Vec<u8>> {
+    fn download<'a>(&self, buf: &'a Self::Buf) -> Result<Cow<'a, [u8]>> {
         if buf.len == 0 {
-            return Ok(Vec::new());
+            return Ok(Cow::Owned(Vec::new()));
         }
         let mut out = host_buffer(buf.len);
         self.stream
             .memcpy_dtoh(&buf.data.slice(..buf.len), &mut out)?;
         // A copy into pageable memory returns once done; the wait is for clarity, not order.
         self.stream.synchronize()?;
-        Ok(out)
+        Ok(Cow::Owned(out))
     }
 
     fn zeros(&self, bytes: usize) -> Result<Self::Buf> {

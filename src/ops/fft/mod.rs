@@ -9,6 +9,7 @@ mod back;
 mod batched;
 pub mod check;
 pub mod local;
+pub mod memory;
 
 use super::step::{Movement, Staged, local_bytes};
 use crate::backend::Backend;

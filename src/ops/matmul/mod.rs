@@ -14,6 +14,7 @@ mod chunks;
 pub mod epilog;
 pub mod freivalds;
 pub mod local;
+pub mod memory;
 
 use super::exchange::{Custom, Holdings, Side};
 use super::step::{Movement, Staged, local_bytes};
@@ -157,71 +158,8 @@ impl<B: Backend> PreparedMatmul<B> {
         let (ranks, rank) = (b.ranks() as u64, b.rank() as u64);
         let (sa, sb) = (&inputs[0], &inputs[1]);
         let (ta, tb) = (step.transpose_a, step.transpose_b);
-        // Storage axes of op(x)'s rows and columns.
-        let rows_of = |t: bool| if t { 1 } else { 0 };
-        let cols_of = |t: bool| if t { 0 } else { 1 };
         let natural = choice.natural.clone();
-        let (target_a, target_b, reduction) = match (choice.algorithm, &natural) {
-            (MatmulAlgorithm::GemmRs | MatmulAlgorithm::GemmAr | MatmulAlgorithm::KSplit, _) => {
-                let reduction = match choice.algorithm {
-                    MatmulAlgorithm::GemmRs => {
-                        let n = out.shape[1];
-                        let p = Placement::new(&natural, &out.shape, ranks);
-                        Reduction::Scatter(
-                            (0..ranks)
-                                .map(|r| p.local_shape(r).map_or(0, |s| (s[0] * n) as usize))
-                                .collect(),
-                        )
-                    }
-                    MatmulAlgorithm::GemmAr => Reduction::All,
-                    // A partial result keeps each rank's product as it is.
-                    _ => Reduction::None,
-                };
-                (
-                    Target::Dist(Distribution::slab(cols_of(ta))),
-                    Target::Dist(Distribution::slab(rows_of(tb))),
-                    reduction,
-                )
-            }
-            (MatmulAlgorithm::Summa, _) => {
-                let panels = |s: &TensorState, keep: usize| {
-                    let p = Placement::new(&s.dist, &s.shape, ranks);
-                    Custom {
-                        shape: s.shape.clone(),
-                        layout: s.layout,
-                        pieces: (0..ranks)
-                            .map(|r| {
-                                p.intervals(r).map(|mut iv| {
-                                    let other = 1 - keep;
-                                    iv[other] = vec![(0, s.shape[other])];
-                                    iv
-                                })
-                            })
-                            .collect(),
-                    }
-                };
-                (
-                    Target::Pieces(panels(sa, 0)),
-                    Target::Pieces(panels(sb, 1)),
-                    Reduction::None,
-                )
-            }
-            (_, Distribution::Slab(axis)) if axis.index() == 1 => (
-                Target::Dist(Distribution::Replicated),
-                Target::Dist(Distribution::slab(cols_of(tb))),
-                Reduction::None,
-            ),
-            (_, Distribution::Replicated) => (
-                Target::Dist(Distribution::Replicated),
-                Target::Dist(Distribution::Replicated),
-                Reduction::None,
-            ),
-            _ => (
-                Target::Dist(Distribution::slab(rows_of(ta))),
-                Target::Dist(Distribution::Replicated),
-                Reduction::None,
-            ),
-        };
+        let (target_a, target_b, reduction) = targets(step, choice, (sa, sb), out, ranks);
         // An operand gathered whole arrives in pieces whose GEMMs overlap the movement of the
         // next (chunks.rs); the operand itself then stays where it is. Where it cannot, it is
         // gathered in one exchange, as planned.
@@ -618,6 +556,82 @@ fn gemm_block<B: Backend>(
 }
 
 /// Every rank's piece of a tensor in a state, as explicit holdings in `layout`.
+/// Where the algorithm multiplies a and b (the pieces each rank's GEMM takes) and how the
+/// partial products then combine.
+fn targets(
+    step: &Matmul,
+    choice: &MatmulChoice,
+    (sa, sb): (&TensorState, &TensorState),
+    out: &TensorState,
+    ranks: u64,
+) -> (Target, Target, Reduction) {
+    let (ta, tb) = (step.transpose_a, step.transpose_b);
+    // Storage axes of op(x)'s rows and columns.
+    let rows_of = |t: bool| if t { 1 } else { 0 };
+    let cols_of = |t: bool| if t { 0 } else { 1 };
+    match (choice.algorithm, &choice.natural) {
+        (MatmulAlgorithm::GemmRs | MatmulAlgorithm::GemmAr | MatmulAlgorithm::KSplit, _) => {
+            let reduction = match choice.algorithm {
+                MatmulAlgorithm::GemmRs => {
+                    let n = out.shape[1];
+                    let p = Placement::new(&choice.natural, &out.shape, ranks);
+                    Reduction::Scatter(
+                        (0..ranks)
+                            .map(|r| p.local_shape(r).map_or(0, |s| (s[0] * n) as usize))
+                            .collect(),
+                    )
+                }
+                MatmulAlgorithm::GemmAr => Reduction::All,
+                // A partial result keeps each rank's product as it is.
+                _ => Reduction::None,
+            };
+            (
+                Target::Dist(Distribution::slab(cols_of(ta))),
+                Target::Dist(Distribution::slab(rows_of(tb))),
+                reduction,
+            )
+        }
+        (MatmulAlgorithm::Summa, _) => {
+            let panels = |s: &TensorState, keep: usize| {
+                let p = Placement::new(&s.dist, &s.shape, ranks);
+                Custom {
+                    shape: s.shape.clone(),
+                    layout: s.layout,
+                    pieces: (0..ranks)
+                        .map(|r| {
+                            p.intervals(r).map(|mut iv| {
+                                let other = 1 - keep;
+                                iv[other] = vec![(0, s.shape[other])];
+                                iv
+                            })
+                        })
+                        .collect(),
+                }
+            };
+            (
+                Target::Pieces(panels(sa, 0)),
+                Target::Pieces(panels(sb, 1)),
+                Reduction::None,
+            )
+        }
+        (_, Distribution::Slab(axis)) if axis.index() == 1 => (
+            Target::Dist(Distribution::Replicated),
+            Target::Dist(Distribution::slab(cols_of(tb))),
+            Reduction::None,
+        ),
+        (_, Distribution::Replicated) => (
+            Target::Dist(Distribution::Replicated),
+            Target::Dist(Distribution::Replicated),
+            Reduction::None,
+        ),
+        _ => (
+            Target::Dist(Distribution::slab(rows_of(ta))),
+            Target::Dist(Distribution::Replicated),
+            Reduction::None,
+        ),
+    }
+}
+
 fn pieces_of(state: &TensorState, ranks: u64, layout: Layout) -> Custom {
     let p = Placement::new(&state.dist, &state.shape, ranks);
     Custom {

@@ -494,6 +494,7 @@ impl Resolver<'_> {
             self.err(Diagnostic::value(at, message));
         }
         let info = StepPlan {
+            step: step.clone(),
             op: step.op(),
             name: step
                 .common()
@@ -508,6 +509,7 @@ impl Resolver<'_> {
             matmul: None,
             input_states: Vec::new(),
             output_state: None,
+            memory: Default::default(),
         };
         let ins: Vec<Option<TensorState>> = step
             .inputs()

@@ -1,0 +1,97 @@
+//! What a prepared FFT, and its check, hold on a rank beyond the input and result, as the plan
+//! counts it: the input moved to the working slab, each phase's result, the transposes' scratch
+//! (an exchange's, or the batched transposes' landing and send buffers, which are no larger),
+//! the way back to the result's distribution, and the CPU's copies in its local phases. The
+//! library's own plans and scratch (cuFFT's work area, rustfft's per-thread scratch of one
+//! line) are not counted.
+
+use super::{check::inverse, middle, working_slab};
+use crate::dist::TensorState;
+use crate::ops::exchange::Side;
+use crate::ops::step::{local_bytes, staged_bytes};
+use crate::spec::step::{Fft, FftKind};
+use crate::spec::tensor::{Distribution, Layout};
+
+/// The bytes an FFT from `input` to `out` holds on `rank` beyond both.
+pub fn workspace(
+    step: &Fft,
+    input: &TensorState,
+    out: &TensorState,
+    (ranks, rank): (u64, u64),
+) -> u64 {
+    let piece = |s: &TensorState| local_bytes(s, ranks, rank) as u64;
+    let staged = |from: &TensorState, to: &TensorState| {
+        let side = Side {
+            dist: &to.dist,
+            shape: &to.shape,
+            layout: to.layout,
+        };
+        staged_bytes(from, &side, ranks, rank)
+    };
+    let s0 = working_slab(step.kind, input.shape.len(), &input.dist);
+    let middle = middle(step, input, out, s0);
+    let work_in = TensorState {
+        dist: Distribution::slab(s0),
+        layout: Layout::C,
+        ..input.clone()
+    };
+    let to_work = if work_in == *input {
+        0
+    } else {
+        staged(input, &work_in)
+    };
+    let transposed = TensorState {
+        dist: Distribution::slab(1 - s0),
+        ..middle.clone()
+    };
+    let natural = TensorState {
+        dist: Distribution::slab(1 - s0),
+        layout: Layout::C,
+        ..out.clone()
+    };
+    // The second phase's result is the result itself when it is where the result goes.
+    let back = match natural == *out {
+        true => 0,
+        false => piece(&natural) + staged(&natural, out) - piece(out),
+    };
+    // The CPU's local phases work on a copy of their input, beside their result (an r2c's
+    // complex lines, a c2r's real ones).
+    let phases = (piece(&work_in) + piece(&middle)).max(match step.kind {
+        FftKind::C2r => piece(&transposed) + piece(&natural),
+        _ => piece(&transposed),
+    });
+    to_work + piece(&middle) + staged(&middle, &transposed) + back + phases
+}
+
+/// The bytes an FFT's check holds on `rank`: the round trip's result, beside the inverse
+/// transform's workspace while it runs, then beside the input and the round trip as complex f64
+/// values (and for a c2r the Hermitian planes with every element's global index).
+pub fn check_workspace(
+    step: &Fft,
+    input: &TensorState,
+    out: &TensorState,
+    (ranks, rank): (u64, u64),
+) -> u64 {
+    let round_trip = local_bytes(input, ranks, rank) as u64;
+    let elems = round_trip / input.dtype.size();
+    let inverse = workspace(&inverse(step), out, input, (ranks, rank));
+    let out_elems = local_bytes(out, ranks, rank) as u64 / out.dtype.size();
+    // The input and the round trip as values, then the result's for Parseval (a half spectrum's
+    // with each bin's index along the last axis).
+    let values = 2 * elems * 16
+        + match step.kind {
+            FftKind::R2c => out_elems * 24,
+            _ => out_elems * 16,
+        };
+    // A c2r's Hermitian planes: the wanted values, every element's global index, the planes.
+    let planes = match step.kind {
+        FftKind::C2r => {
+            let nd = input.shape.len() as u64;
+            let plane: u64 = input.shape[..input.shape.len() - 1].iter().product();
+            elems * (16 + 24 + 8 * nd) + 2 * plane * (16 + input.dtype.size())
+        }
+        _ => 0,
+    };
+    // The inverse's workspace is gone by the time the values are compared.
+    round_trip + inverse.max(values + planes)
+}

@@ -1,0 +1,160 @@
+//! The plan's peak is the truth: the real binary at 1 and 3 ranks over every kind of step (each
+//! collective, redistributions between distributions and layouts, matmul algorithms with an
+//! epilog, FFT kinds), with checks and with written outputs, and each rank's measured peak (from
+//! the manifest: the growth of its resident set's high-water mark, and the most its allocator
+//! held at once) must stay within 1.3x of the plan's peak per rank. The tensors are large (16-32 MiB) so that what the process holds beside
+//! them (MPI's shared-memory segments, the GEMM library's packing) stays small beside them.
+
+mod common;
+use common::*;
+
+/// Elements per side of the square tensors: 2048^2 f32 is 16 MiB.
+const N: u64 = 2048;
+
+/// Room beside the tensors no plan counts: MPI's transport and the libraries' own buffers.
+const SLACK: f64 = 24.0 * 1024.0 * 1024.0;
+
+/// Room for the small allocations no plan counts (exchange plans, names, the manifest).
+const HEAP_SLACK: f64 = 8.0 * 1024.0 * 1024.0;
+
+fn tensor(name: &str, shape: &str, dist: &str, dtype: &str, layout: &str) -> String {
+    format!(
+        "[tensors.{name}]\nshape = {shape}\ndtype = \"{dtype}\"\nlayout = \"{layout}\"\n\
+         distribution = {dist}\ninit = {{ uniform = {{ low = -1.0, high = 1.0 }} }}\n"
+    )
+}
+
+/// (name, tensors, step) of every case.
+fn cases() -> Vec<(&'static str, String, String)> {
+    let sq = format!("[{N}, {N}]");
+    let t = |name, dist, dtype, layout| tensor(name, &sq, dist, dtype, layout);
+    let one = |op: &str, extra: &str| format!("op = \"{op}\"\ninput = \"x\"\nout = \"y\"\n{extra}");
+    let mm = |extra: &str| format!("op = \"matmul\"\na = \"a\"\nb = \"b\"\nout = \"y\"\n{extra}");
+    vec![
+        (
+            "all_reduce",
+            t("x", "\"partial\"", "f32", "C"),
+            one("all_reduce", ""),
+        ),
+        (
+            "all_reduce_f16_f",
+            t("x", "\"partial\"", "f16", "F"),
+            one("all_reduce", ""),
+        ),
+        (
+            "reduce",
+            t("x", "\"partial\"", "f64", "C"),
+            one("reduce", ""),
+        ),
+        (
+            "reduce_scatter",
+            t("x", "\"partial\"", "f32", "F"),
+            one("reduce_scatter", "axis = 1"),
+        ),
+        (
+            "broadcast",
+            t("x", "{ root = 0 }", "f32", "C"),
+            one("broadcast", ""),
+        ),
+        (
+            "all_gather",
+            t("x", "{ slab = 1 }", "f32", "C"),
+            one("all_gather", ""),
+        ),
+        (
+            "gather",
+            t("x", "{ slab = 0 }", "c64", "C"),
+            one("gather", ""),
+        ),
+        (
+            "scatter",
+            t("x", "{ root = 0 }", "f32", "F"),
+            one("scatter", ""),
+        ),
+        (
+            "redistribute_c_to_f",
+            t("x", "{ slab = 0 }", "f64", "C"),
+            one(
+                "redistribute",
+                "distribution = { slab = 1 }\nlayout = \"F\"",
+            ),
+        ),
+        (
+            "redistribute_block_cyclic",
+            t("x", "{ slab = 0 }", "f32", "C"),
+            one(
+                "redistribute",
+                "distribution = { block_cyclic = { blocks = [64, 64] } }",
+            ),
+        ),
+        (
+            "matmul_ag_gemm",
+            t("a", "{ slab = 0 }", "f32", "C") + &t("b", "{ slab = 1 }", "f32", "C"),
+            mm("algorithm = \"ag_gemm\""),
+        ),
+        (
+            "matmul_gemm_rs",
+            t("a", "{ slab = 1 }", "f32", "C") + &t("b", "{ slab = 0 }", "f32", "F"),
+            mm("algorithm = \"gemm_rs\"\nepilog = \"gelu\""),
+        ),
+        (
+            "matmul_summa",
+            t("a", "{ block_cyclic = { blocks = [64, 64] } }", "f32", "C")
+                + &t("b", "{ block_cyclic = { blocks = [64, 64] } }", "f32", "C"),
+            mm("algorithm = \"summa\""),
+        ),
+        (
+            "fft_c2c_3d",
+            tensor("x", "[160, 160, 160]", "{ slab = 0 }", "c64", "C"),
+            one("fft", ""),
+        ),
+        (
+            "fft_r2c_2d",
+            tensor("x", &sq, "{ slab = 1 }", "f64", "C"),
+            one("fft", "kind = \"r2c\""),
+        ),
+    ]
+}
+
+#[test]
+fn a_runs_measured_peak_stays_within_the_plans() {
+    let mut over = Vec::new();
+    for (name, tensors, step) in cases() {
+        for (check, written) in [(false, true), (true, false)] {
+            let out = if written { "\"y\"" } else { "" };
+            let spec = format!(
+                "[job]\nname = \"{name}\"\n{tensors}[[steps]]\n{step}\ncheck = {check}\n\
+                 [output]\ntensors = [{out}]\n"
+            );
+            let spec = temp_spec(name, &spec);
+            for p in [1, 3] {
+                let dir = temp_dir(&format!("{name}-{p}"));
+                let run = dir.join("run");
+                let m = run_ok(p, &spec, &run, &[]);
+                let planned = m["planned_peak_bytes_per_rank"].as_f64().unwrap();
+                for info in m["rank_info"].as_array().unwrap() {
+                    let rss = info["memory"]["max_rss_bytes"].as_f64().unwrap();
+                    let heap = info["memory"]["heap_peak_bytes"].as_f64().unwrap();
+                    let line = format!(
+                        "{name} check={check} written={written} at {p} ranks, rank {}: \
+                         resident {:.1} MiB, allocated {:.1} MiB, planned {:.1} MiB",
+                        info["rank"],
+                        rss / 1048576.0,
+                        heap / 1048576.0,
+                        planned / 1048576.0
+                    );
+                    // The resident set holds MPI's and the libraries' memory beside distrun's;
+                    // the allocator's count is distrun's own (and the GEMM library's).
+                    if rss > 1.3 * planned + SLACK || heap > 1.3 * planned + HEAP_SLACK {
+                        over.push(line);
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        over.is_empty(),
+        "measured above 1.3x the plan:\n{}",
+        over.join("\n")
+    );
+}
