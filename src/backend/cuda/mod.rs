@@ -209,7 +209,8 @@ pub struct Cuda<'a> {
     nvshmem: Option<nvshmem::Nvshmem<'a>>,
     /// Kernel tables on the GPU, by hash of their contents and length ([`Cuda::device_table`]).
     tables: RefCell<std::collections::HashMap<(u64, usize), CudaSlice<u64>>>,
-    ffts: RefCell<Vec<(DType, Phase, Vec<fft::Plan>)>>,
+    /// cuFFT plans by phase and precision, made on first use.
+    ffts: RefCell<Vec<fft::CachedPlans>>,
     name: String,
 }
 
