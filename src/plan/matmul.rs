@@ -160,22 +160,48 @@ fn candidates(case: &MatmulCase<'_>) -> Vec<Candidate> {
 /// operands move to k-slabs where they are not there already (and c and the bias to rank 0,
 /// which adds them).
 fn k_split(case: &MatmulCase<'_>, prices: &Prices, sa: Split, sb: Split) -> Candidate {
-    let mut moves = Vec::new();
-    let mut cost = 0.0;
-    if sa != Split::Cols {
-        moves.push("redistribute a to slices of k");
-        cost += prices.share * prices.a;
-    }
-    if sb != Split::Rows {
-        moves.push("redistribute b to slices of k");
-        cost += prices.share * prices.b;
-    }
-    moves.push("local GEMM on this rank's slice of k, the partial products left unreduced");
+    let mut moves = Moves::of_operands(
+        prices,
+        (sa != Split::Cols).then_some("redistribute a to slices of k"),
+        (sb != Split::Rows).then_some("redistribute b to slices of k"),
+    );
+    moves.then("local GEMM on this rank's slice of k, the partial products left unreduced");
     if case.c.is_some() {
-        moves.push("rank 0 adds beta * c");
-        cost += prices.share * prices.out;
+        moves.then("rank 0 adds beta * c");
+        moves.cost += prices.share * prices.out;
     }
-    Candidate::new(MatmulAlgorithm::KSplit, Distribution::Partial, &moves, cost)
+    moves.candidate(MatmulAlgorithm::KSplit, Distribution::Partial)
+}
+
+/// The phases of an algorithm that moves data where it needs it, and the bytes each rank sends.
+#[derive(Default)]
+struct Moves {
+    detail: Vec<&'static str>,
+    cost: f64,
+}
+
+impl Moves {
+    /// The moves of a and b, each named where it moves (each rank sending its share of it).
+    fn of_operands(prices: &Prices, a: Option<&'static str>, b: Option<&'static str>) -> Self {
+        let mut moves = Moves::default();
+        for (phase, bytes) in [(a, prices.a), (b, prices.b)] {
+            if let Some(phase) = phase {
+                moves.then(phase);
+                moves.cost += prices.share * bytes;
+            }
+        }
+        moves
+    }
+
+    /// Adds `phase`, which sends nothing.
+    fn then(&mut self, phase: &'static str) {
+        self.detail.push(phase);
+    }
+
+    /// The candidate of `algorithm` through these phases, leaving the result in `dist`.
+    fn candidate(self, algorithm: MatmulAlgorithm, dist: Distribution) -> Candidate {
+        Candidate::new(algorithm, dist, &self.detail, self.cost)
+    }
 }
 
 /// The local GEMM, where the operands' pieces already multiply into the result's.
@@ -282,23 +308,13 @@ fn summa(case: &MatmulCase<'_>, prices: &Prices) -> Option<Candidate> {
 /// The fallback that always runs: a to row slabs and b replicated where they are not, then the
 /// local GEMM.
 fn redistribute(prices: &Prices, sa: Split, sb: Split) -> Candidate {
-    let mut moves = Vec::new();
-    let mut cost = 0.0;
-    if sa != Split::Rows {
-        moves.push("redistribute a to row slabs");
-        cost += prices.share * prices.a;
-    }
-    if sb != Split::Whole {
-        moves.push("replicate b");
-        cost += prices.share * prices.b;
-    }
-    moves.push("local GEMM");
-    Candidate::new(
-        MatmulAlgorithm::Redistribute,
-        Distribution::slab(0),
-        &moves,
-        cost,
-    )
+    let mut moves = Moves::of_operands(
+        prices,
+        (sa != Split::Rows).then_some("redistribute a to row slabs"),
+        (sb != Split::Whole).then_some("replicate b"),
+    );
+    moves.then("local GEMM");
+    moves.candidate(MatmulAlgorithm::Redistribute, Distribution::slab(0))
 }
 
 /// Adds to `cand` the move of c to its result's distribution and of the result to the declared
