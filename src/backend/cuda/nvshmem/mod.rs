@@ -298,11 +298,13 @@ fn init_with_uid(
     unsafe { result::set_attr_uniqueid_args(lib, rank as i32, size as i32, uid, &mut attr) }?;
     // SAFETY: attributes filled as NVSHMEM's initializers do, with the shared id; every rank
     // calls this with the same id and its own rank.
-    unsafe { result::hostlib_init_attr(lib, sys::NVSHMEMX_INIT_WITH_UNIQUEID as u32, &mut attr) }
-        .map_err(|e| {
+    let init = unsafe {
+        result::hostlib_init_attr(lib, sys::NVSHMEMX_INIT_WITH_UNIQUEID as u32, &mut attr)
+    };
+    init.map_err(|e| {
         anyhow!(
             "NVSHMEM init ({} with a unique id) failed on rank {rank} (status {}); \
-                 NVSHMEM_DEBUG=INFO says why",
+             NVSHMEM_DEBUG=INFO says why",
             e.call,
             e.status
         )
