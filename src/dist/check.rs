@@ -2,7 +2,7 @@
 
 use super::Region;
 use crate::spec::diag::{Diagnostic, KeyPath};
-use crate::spec::tensor::Distribution;
+use crate::spec::tensor::{BlockCyclicSpec, Distribution};
 
 /// Every reason `dist` (at `path`) cannot lay out `shape` over `ranks` ranks. With `ranks` unknown,
 /// only what does not depend on it is checked.
@@ -14,7 +14,6 @@ pub fn check(
 ) -> Vec<Diagnostic> {
     let nd = shape.len();
     let mut out = Vec::new();
-    let shape_text = format!("{shape:?}");
     match dist {
         Distribution::Replicated | Distribution::Partial => {}
         Distribution::Root(r) => {
@@ -33,7 +32,7 @@ pub fn check(
                 out.push(
                     Diagnostic::value(
                         path.key("slab"),
-                        format!("slab axis {} does not exist in a tensor of {nd} axes (shape {shape_text})", axis.index()),
+                        format!("slab axis {} does not exist in a tensor of {nd} axes (shape {shape:?})", axis.index()),
                     )
                     .help(format!("use an axis from 0 to {}", nd - 1)),
                 );
@@ -43,48 +42,7 @@ pub fn check(
             check_grid(b.grid.as_deref(), nd, ranks, &path.key("block"), &mut out);
         }
         Distribution::BlockCyclic(c) => {
-            let here = path.key("block_cyclic");
-            check_grid(c.grid.as_deref(), nd, ranks, &here, &mut out);
-            if c.blocks.len() != nd {
-                out.push(
-                    Diagnostic::value(
-                        here.key("blocks"),
-                        format!(
-                            "{} block sizes for a tensor of {nd} axes (shape {shape_text})",
-                            c.blocks.len()
-                        ),
-                    )
-                    .help("give one block size per axis"),
-                );
-            }
-            if let Some(first) = &c.first {
-                if first.len() != nd {
-                    out.push(
-                        Diagnostic::value(
-                            here.key("first"),
-                            format!("{} entries for a tensor of {nd} axes", first.len()),
-                        )
-                        .help("give one grid coordinate per axis"),
-                    );
-                }
-                let grid = match (&c.grid, ranks) {
-                    (Some(_), _) | (None, Some(_)) => {
-                        super::process_grid(&c.grid, ranks.unwrap_or(1), nd)
-                    }
-                    (None, None) => vec![],
-                };
-                for (i, (f, g)) in first.iter().zip(&grid).enumerate() {
-                    if f >= g {
-                        out.push(
-                            Diagnostic::value(
-                                here.key("first").index(i),
-                                format!("first process {f} is outside grid axis {i} of size {g}"),
-                            )
-                            .help(format!("use 0 to {}", g - 1)),
-                        );
-                    }
-                }
-            }
+            check_block_cyclic(c, shape, ranks, &path.key("block_cyclic"), &mut out)
         }
         Distribution::Boxes(boxes) => {
             check_boxes(boxes, shape, ranks, &path.key("boxes"), &mut out)
@@ -93,6 +51,59 @@ pub fn check(
     out
 }
 
+/// Checks a block-cyclic layout (at `here`): its grid, one block size per axis, and a first
+/// process per axis inside the grid.
+fn check_block_cyclic(
+    c: &BlockCyclicSpec,
+    shape: &[u64],
+    ranks: Option<u64>,
+    here: &KeyPath,
+    out: &mut Vec<Diagnostic>,
+) {
+    let nd = shape.len();
+    check_grid(c.grid.as_deref(), nd, ranks, here, out);
+    if c.blocks.len() != nd {
+        out.push(
+            Diagnostic::value(
+                here.key("blocks"),
+                format!(
+                    "{} block sizes for a tensor of {nd} axes (shape {shape:?})",
+                    c.blocks.len()
+                ),
+            )
+            .help("give one block size per axis"),
+        );
+    }
+    let Some(first) = &c.first else {
+        return;
+    };
+    if first.len() != nd {
+        out.push(
+            Diagnostic::value(
+                here.key("first"),
+                format!("{} entries for a tensor of {nd} axes", first.len()),
+            )
+            .help("give one grid coordinate per axis"),
+        );
+    }
+    let grid = match (&c.grid, ranks) {
+        (Some(_), _) | (None, Some(_)) => super::process_grid(&c.grid, ranks.unwrap_or(1), nd),
+        (None, None) => vec![],
+    };
+    for (i, (f, g)) in first.iter().zip(&grid).enumerate() {
+        if f >= g {
+            out.push(
+                Diagnostic::value(
+                    here.key("first").index(i),
+                    format!("first process {f} is outside grid axis {i} of size {g}"),
+                )
+                .help(format!("use 0 to {}", g - 1)),
+            );
+        }
+    }
+}
+
+/// Checks a process grid (at `path`): one entry per axis, and as many processes as ranks.
 fn check_grid(
     grid: Option<&[u32]>,
     nd: usize,
@@ -131,6 +142,8 @@ fn check_grid(
     }
 }
 
+/// Checks explicit boxes (at `path`): one per rank, each inside the shape, together covering it
+/// exactly once.
 fn check_boxes(
     boxes: &[[Vec<u64>; 2]],
     shape: &[u64],
@@ -138,13 +151,30 @@ fn check_boxes(
     path: &KeyPath,
     out: &mut Vec<Diagnostic>,
 ) {
-    let nd = shape.len();
     if let Some(p) = ranks.filter(|&p| p != boxes.len() as u64) {
         out.push(
             Diagnostic::value(path.clone(), format!("{} boxes for {p} ranks", boxes.len()))
                 .help("give one [lower, upper) box per rank, in rank order"),
         );
     }
+    let Some(regions) = box_regions(boxes, shape, path, out) else {
+        return;
+    };
+    let overlapped = check_overlaps(&regions, path, out);
+    if !overlapped {
+        check_coverage(&regions, shape, path, out);
+    }
+}
+
+/// The boxes as regions, where every box has corners of the shape's axes and lies inside it
+/// (reversed on no axis); None after saying which do not.
+fn box_regions(
+    boxes: &[[Vec<u64>; 2]],
+    shape: &[u64],
+    path: &KeyPath,
+    out: &mut Vec<Diagnostic>,
+) -> Option<Vec<Region>> {
+    let nd = shape.len();
     let mut regions = Vec::new();
     for (i, [lo, hi]) in boxes.iter().enumerate() {
         let here = path.index(i);
@@ -176,25 +206,24 @@ fn check_boxes(
             );
             continue;
         }
-        regions.push((
-            i,
-            Region {
-                lower: lo.clone(),
-                upper: hi.clone(),
-            },
-        ));
+        regions.push(Region {
+            lower: lo.clone(),
+            upper: hi.clone(),
+        });
     }
-    if regions.len() != boxes.len() {
-        return;
-    }
+    (regions.len() == boxes.len()).then_some(regions)
+}
+
+/// Says where boxes (rank by rank) overlap; whether any do.
+fn check_overlaps(regions: &[Region], path: &KeyPath, out: &mut Vec<Diagnostic>) -> bool {
     let mut overlapped = false;
-    for (x, (i, a)) in regions.iter().enumerate() {
-        for (j, b) in &regions[x + 1..] {
+    for (i, a) in regions.iter().enumerate() {
+        for (j, b) in regions.iter().enumerate().skip(i + 1) {
             if let Some(common) = a.intersect(b) {
                 overlapped = true;
                 out.push(
                     Diagnostic::value(
-                        path.index(*j),
+                        path.index(j),
                         format!(
                             "box {j} overlaps box {i} from {:?} up to {:?}",
                             common.lower, common.upper
@@ -205,13 +234,18 @@ fn check_boxes(
             }
         }
     }
+    overlapped
+}
+
+/// Checks that boxes that do not overlap cover every element of `shape`.
+fn check_coverage(regions: &[Region], shape: &[u64], path: &KeyPath, out: &mut Vec<Diagnostic>) {
     // In u128: a shape past 64 bits of elements is refused elsewhere, and must not panic here.
     let volume = |extents: &mut dyn Iterator<Item = u64>| {
         extents.fold(1u128, |v, n| v.saturating_mul(n.into()))
     };
     let total = volume(&mut shape.iter().copied());
     let covered: u128 = (regions.iter())
-        .map(|(_, r)| {
+        .map(|r| {
             volume(
                 &mut r
                     .lower
@@ -221,7 +255,7 @@ fn check_boxes(
             )
         })
         .fold(0, u128::saturating_add);
-    if !overlapped && covered != total {
+    if covered != total {
         out.push(
             Diagnostic::value(
                 path.clone(),

@@ -164,10 +164,18 @@ impl Holdings for Custom {
     }
 }
 
+/// An interval a piece holds on one axis: global `[lo, hi)`, from local index `at`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Span {
+    lo: u64,
+    hi: u64,
+    at: u64,
+}
+
 /// One rank's piece: per-axis intervals with the local index each starts at, and the strides of
 /// its local storage.
 struct Piece {
-    axes: Vec<Vec<(u64, u64, u64)>>,
+    axes: Vec<Vec<Span>>,
     strides: Vec<usize>,
 }
 
@@ -176,18 +184,14 @@ impl Piece {
     fn len(&self) -> usize {
         self.axes
             .iter()
-            .map(|list| {
-                list.iter()
-                    .map(|(lo, hi, _)| (hi - lo) as usize)
-                    .sum::<usize>()
-            })
+            .map(|list| list.iter().map(|s| (s.hi - s.lo) as usize).sum::<usize>())
             .product()
     }
 }
 
 fn piece(side: &dyn Holdings, ranks: u64, rank: u64) -> Option<Piece> {
     let intervals = side.intervals(rank, ranks)?;
-    let axes: Vec<Vec<(u64, u64, u64)>> = intervals
+    let axes: Vec<Vec<Span>> = intervals
         .iter()
         .map(|list| {
             let mut start = 0;
@@ -195,14 +199,14 @@ fn piece(side: &dyn Holdings, ranks: u64, rank: u64) -> Option<Piece> {
                 .map(|&(lo, hi)| {
                     let at = start;
                     start += hi - lo;
-                    (lo, hi, at)
+                    Span { lo, hi, at }
                 })
                 .collect()
         })
         .collect();
     let local: Vec<usize> = axes
         .iter()
-        .map(|list| list.iter().map(|(lo, hi, _)| (hi - lo) as usize).sum())
+        .map(|list| list.iter().map(|s| (s.hi - s.lo) as usize).sum())
         .collect();
     Some(Piece {
         strides: strides(&local, side.layout()),
@@ -239,26 +243,40 @@ fn sources(from: &Distribution, q: u64, ranks: u64) -> Vec<u64> {
     }
 }
 
-/// Per axis, the intervals both pieces hold: (lo, hi, local start in a, local start in b).
-fn intersect(a: &Piece, b: &Piece) -> Vec<Vec<(u64, u64, u64, u64)>> {
+/// An interval two pieces both hold on one axis: global `[lo, hi)`, from local index `at_a` in
+/// the first and `at_b` in the second.
+#[derive(Debug, Clone, Copy)]
+struct Common {
+    lo: u64,
+    hi: u64,
+    at_a: u64,
+    at_b: u64,
+}
+
+/// Per axis, the intervals both pieces hold.
+fn intersect(a: &Piece, b: &Piece) -> Vec<Vec<Common>> {
     a.axes
         .iter()
         .zip(&b.axes)
         .map(|(xs, ys)| {
             let mut out = Vec::new();
-            let mut sorted_ys: Vec<&(u64, u64, u64)> = ys.iter().collect();
+            let mut sorted_ys: Vec<&Span> = ys.iter().collect();
             sorted_ys.sort_unstable();
-            let mut sorted_xs: Vec<&(u64, u64, u64)> = xs.iter().collect();
+            let mut sorted_xs: Vec<&Span> = xs.iter().collect();
             sorted_xs.sort_unstable();
             let (mut i, mut j) = (0, 0);
             while i < sorted_xs.len() && j < sorted_ys.len() {
-                let (xl, xh, xs0) = *sorted_xs[i];
-                let (yl, yh, ys0) = *sorted_ys[j];
-                let (lo, hi) = (xl.max(yl), xh.min(yh));
+                let (x, y) = (*sorted_xs[i], *sorted_ys[j]);
+                let (lo, hi) = (x.lo.max(y.lo), x.hi.min(y.hi));
                 if lo < hi {
-                    out.push((lo, hi, xs0 + (lo - xl), ys0 + (lo - yl)));
+                    out.push(Common {
+                        lo,
+                        hi,
+                        at_a: x.at + (lo - x.lo),
+                        at_b: y.at + (lo - y.lo),
+                    });
                 }
-                if xh <= yh {
+                if x.hi <= y.hi {
                     i += 1;
                 } else {
                     j += 1;
@@ -278,9 +296,9 @@ fn order(ndim: usize, layout: Layout) -> Vec<usize> {
 }
 
 /// Runs copying every element the two pieces share, traversed in `traverse` order (fastest axis
-/// first). `a_packed`/`b_packed` replace a side's strides with a contiguous buffer position.
+/// first). A side without its piece (`a` or `b` None) is a contiguous buffer from `next`.
 fn runs(
-    common: &[Vec<(u64, u64, u64, u64)>],
+    common: &[Vec<Common>],
     a: Option<&Piece>,
     b: Option<&Piece>,
     traverse: &[usize],
@@ -294,84 +312,98 @@ fn runs(
     // Iterate over the intervals of every axis, then over the elements of every slow axis.
     let mut pick = vec![0usize; nd];
     loop {
-        let bounds: Vec<(u64, u64, u64, u64)> = (0..nd).map(|ax| common[ax][pick[ax]]).collect();
-        // Within the box, an axis of one element orders nothing: runs go along the first longer
-        // one (a piece `[1, n, n]` of a stack in F order would otherwise copy one element a run).
-        let (long, single): (Vec<usize>, Vec<usize>) = traverse
-            .iter()
-            .partition(|&&ax| bounds[ax].1 - bounds[ax].0 > 1);
-        let mut within = long.into_iter().chain(single);
-        let fast = within.next().expect("a tensor has an axis");
-        let slow: Vec<usize> = within.collect();
-        let len = (bounds[fast].1 - bounds[fast].0) as usize;
-        let mut idx = vec![0u64; nd];
-        loop {
-            let offset = |p: Option<&Piece>, second: bool| {
-                p.map(|p| {
-                    (0..nd)
-                        .map(|ax| {
-                            let start = if second { bounds[ax].3 } else { bounds[ax].2 };
-                            (start + idx[ax]) as usize * p.strides[ax]
-                        })
-                        .sum::<usize>()
-                })
-            };
-            let (src, src_stride) = match offset(a, false) {
-                Some(o) => (o, a.expect("some").strides[fast]),
-                None => (*next, 1),
-            };
-            let (dst, dst_stride) = match offset(b, true) {
-                Some(o) => (o, b.expect("some").strides[fast]),
-                None => (*next, 1),
-            };
-            out.push(Run {
-                src,
-                dst,
-                count: len,
-                src_stride,
-                dst_stride,
-            });
-            *next += len;
-            // Odometer over the slow axes within this box.
-            let mut k = 0;
-            loop {
-                if k == slow.len() {
-                    break;
-                }
-                let ax = slow[k];
-                idx[ax] += 1;
-                if idx[ax] < bounds[ax].1 - bounds[ax].0 {
-                    break;
-                }
-                idx[ax] = 0;
-                k += 1;
-            }
-            if k == slow.len() {
-                break;
-            }
-        }
+        let bounds: Vec<Common> = (0..nd).map(|ax| common[ax][pick[ax]]).collect();
+        box_runs(&bounds, a, b, traverse, next, out);
         // Odometer over the interval choices, fastest axis first.
-        let mut k = 0;
-        loop {
-            if k == nd {
-                return;
-            }
-            let ax = traverse[k];
-            pick[ax] += 1;
-            if pick[ax] < common[ax].len() {
-                break;
-            }
-            pick[ax] = 0;
-            k += 1;
+        if !advance(&mut pick, traverse, |ax| common[ax].len()) {
+            return;
         }
     }
+}
+
+/// The runs of one box of common intervals (`bounds`, one per axis): one along the fast axis
+/// (`traverse[0]`) for every element of the slow ones.
+fn box_runs(
+    bounds: &[Common],
+    a: Option<&Piece>,
+    b: Option<&Piece>,
+    traverse: &[usize],
+    next: &mut usize,
+    out: &mut Vec<Run>,
+) {
+    // Within the box, an axis of one element orders nothing: runs go along the first longer one
+    // (a piece `[1, n, n]` of a stack in F order would otherwise copy one element a run).
+    let extent = |ax: usize| (bounds[ax].hi - bounds[ax].lo) as usize;
+    let (long, single): (Vec<usize>, Vec<usize>) = traverse.iter().partition(|&&ax| extent(ax) > 1);
+    let order: Vec<usize> = long.into_iter().chain(single).collect();
+    let fast = order[0];
+    let len = extent(fast);
+    let mut idx = vec![0usize; bounds.len()];
+    loop {
+        let src = place(a, bounds, |c| c.at_a, &idx, fast, *next);
+        let dst = place(b, bounds, |c| c.at_b, &idx, fast, *next);
+        out.push(Run {
+            src: src.at,
+            dst: dst.at,
+            count: len,
+            src_stride: src.stride,
+            dst_stride: dst.stride,
+        });
+        *next += len;
+        // Odometer over the slow axes within this box.
+        if !advance(&mut idx, &order[1..], extent) {
+            break;
+        }
+    }
+}
+
+/// Where one end of a run lies, and its step between elements.
+struct Place {
+    at: usize,
+    stride: usize,
+}
+
+/// Where element `idx` of a box lies on one side: in `piece` (the box's local start there given
+/// by `start`), stepping along `fast`; without a piece, at `next` of a contiguous buffer.
+fn place(
+    piece: Option<&Piece>,
+    bounds: &[Common],
+    start: fn(&Common) -> u64,
+    idx: &[usize],
+    fast: usize,
+    next: usize,
+) -> Place {
+    match piece {
+        Some(p) => Place {
+            at: (0..bounds.len())
+                .map(|ax| (start(&bounds[ax]) + idx[ax] as u64) as usize * p.strides[ax])
+                .sum(),
+            stride: p.strides[fast],
+        },
+        None => Place {
+            at: next,
+            stride: 1,
+        },
+    }
+}
+
+/// Steps an odometer whose digits are `digits[ax]` for `ax` in `axes` (fastest first), digit
+/// `ax` running below `extent(ax)`; false once it wraps around.
+fn advance(digits: &mut [usize], axes: &[usize], extent: impl Fn(usize) -> usize) -> bool {
+    for &ax in axes {
+        digits[ax] += 1;
+        if digits[ax] < extent(ax) {
+            return true;
+        }
+        digits[ax] = 0;
+    }
+    false
 }
 
 /// Plans rank `me`'s part of moving a tensor from `from` to `to` over `ranks` ranks. Elements
 /// travel in the order of `from`'s layout, so packing reads the source contiguously.
 pub fn plan(from: Side<'_>, to: &dyn Holdings, ranks: u64, me: u64) -> Exchange {
     let p = ranks as usize;
-    let traverse = order(from.shape.len(), from.layout);
     let mut ex = Exchange {
         send_counts: vec![0; p],
         recv_counts: vec![0; p],
@@ -379,16 +411,50 @@ pub fn plan(from: Side<'_>, to: &dyn Holdings, ranks: u64, me: u64) -> Exchange 
     };
     let mine_from = piece(&from, ranks, me);
     let mine_to = piece(to, ranks, me);
-    let mut direct_send = Some(vec![0; p]);
-    let mut direct_recv = Some(vec![0; p]);
-    // As a sender, destination by destination.
-    let mut next = 0;
-    if let Some(src) = &mine_from {
+    let peers = Peers {
+        from,
+        to,
+        ranks,
+        me,
+        traverse: order(from.shape.len(), from.layout),
+    };
+    ex.direct_send = match &mine_from {
+        Some(src) => peers.send(src, &mut ex),
+        None => Some(vec![0; p]),
+    };
+    ex.direct_recv = match &mine_to {
+        Some(dst) => peers.receive(dst, &mut ex),
+        None => Some(vec![0; p]),
+    };
+    ex.direct_local = contiguous(&ex.local, true)
+        .zip(contiguous(&ex.local, false))
+        .map(|(s, d)| (s, d, ex.local.iter().map(|r| r.count).sum()));
+    ex
+}
+
+/// One rank's exchange with its peers: both sides, the rank count, the rank, and the order the
+/// elements travel in.
+struct Peers<'a, 'h> {
+    from: Side<'a>,
+    to: &'h dyn Holdings,
+    ranks: u64,
+    me: u64,
+    traverse: Vec<usize>,
+}
+
+impl Peers<'_, '_> {
+    /// The rank as a sender, destination by destination: its own part into `ex.local`, the
+    /// others' packed into `ex.pack` and counted. Where each destination's elements start in
+    /// `src`, when every destination's lie there contiguously.
+    fn send(&self, src: &Piece, ex: &mut Exchange) -> Option<Vec<usize>> {
+        let (ranks, me) = (self.ranks, self.me);
+        let mut direct = Some(vec![0; ranks as usize]);
+        let mut next = 0;
         for q in 0..ranks {
-            if !sources(from.dist, q, ranks).contains(&me) {
+            if !sources(self.from.dist, q, ranks).contains(&me) {
                 continue;
             }
-            let Some(dst) = piece(to, ranks, q) else {
+            let Some(dst) = piece(self.to, ranks, q) else {
                 continue;
             };
             let common = intersect(src, &dst);
@@ -398,60 +464,50 @@ pub fn plan(from: Side<'_>, to: &dyn Holdings, ranks: u64, me: u64) -> Exchange 
                     &common,
                     Some(src),
                     Some(&dst),
-                    &traverse,
+                    &self.traverse,
                     &mut unused,
                     &mut ex.local,
                 );
             } else {
                 let (before, first_run) = (next, ex.pack.len());
-                runs(&common, Some(src), None, &traverse, &mut next, &mut ex.pack);
+                let (traverse, pack) = (&self.traverse, &mut ex.pack);
+                runs(&common, Some(src), None, traverse, &mut next, pack);
                 ex.send_counts[q as usize] = next - before;
-                match (
-                    contiguous(&ex.pack[first_run..], true),
-                    direct_send.as_mut(),
-                ) {
+                match (contiguous(&ex.pack[first_run..], true), direct.as_mut()) {
                     (Some(at), Some(d)) => d[q as usize] = at,
-                    _ => direct_send = None,
+                    _ => direct = None,
                 }
             }
         }
+        direct
     }
-    // As a receiver, source by source.
-    let mut next = 0;
-    if let Some(dst) = &mine_to {
-        for r in sources(from.dist, me, ranks) {
+
+    /// The rank as a receiver, source by source: the others' parts unpacked from `ex.unpack`
+    /// and counted. Where each source's elements start in `dst`, when they land there
+    /// contiguously.
+    fn receive(&self, dst: &Piece, ex: &mut Exchange) -> Option<Vec<usize>> {
+        let (ranks, me) = (self.ranks, self.me);
+        let mut direct = Some(vec![0; ranks as usize]);
+        let mut next = 0;
+        for r in sources(self.from.dist, me, ranks) {
             if r == me {
                 continue;
             }
-            let Some(src) = piece(&from, ranks, r) else {
+            let Some(src) = piece(&self.from, ranks, r) else {
                 continue;
             };
             let common = intersect(&src, dst);
             let (before, first_run) = (next, ex.unpack.len());
-            runs(
-                &common,
-                None,
-                Some(dst),
-                &traverse,
-                &mut next,
-                &mut ex.unpack,
-            );
+            let (traverse, unpack) = (&self.traverse, &mut ex.unpack);
+            runs(&common, None, Some(dst), traverse, &mut next, unpack);
             ex.recv_counts[r as usize] = next - before;
-            match (
-                contiguous(&ex.unpack[first_run..], false),
-                direct_recv.as_mut(),
-            ) {
+            match (contiguous(&ex.unpack[first_run..], false), direct.as_mut()) {
                 (Some(at), Some(d)) => d[r as usize] = at,
-                _ => direct_recv = None,
+                _ => direct = None,
             }
         }
+        direct
     }
-    ex.direct_send = direct_send;
-    ex.direct_recv = direct_recv;
-    ex.direct_local = contiguous(&ex.local, true)
-        .zip(contiguous(&ex.local, false))
-        .map(|(s, d)| (s, d, ex.local.iter().map(|r| r.count).sum()));
-    ex
 }
 
 /// Runs that lay out a whole array held by this rank (in `whole_layout`) as P consecutive blocks,

@@ -46,14 +46,27 @@ pub struct MatmulCase<'a> {
     pub c: Option<&'a Distribution>,
     /// The declared distribution of the result, if any.
     pub out: Option<&'a Distribution>,
-    /// transpose_a, transpose_b.
-    pub transpose: (bool, bool),
-    /// Bytes of a, b and the result.
-    pub bytes: (u64, u64, u64),
+    /// Whether a is used transposed.
+    pub transpose_a: bool,
+    /// Whether b is used transposed.
+    pub transpose_b: bool,
+    /// Bytes of the operands and the result.
+    pub bytes: OperandBytes,
     /// Rank count (None: unknown; priced as 2).
     pub ranks: Option<u64>,
     /// How an operand gathered whole travels.
     pub pipeline: MatmulPipeline,
+}
+
+/// Bytes of a matmul's operands and result (over every rank).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OperandBytes {
+    /// a's bytes.
+    pub a: u64,
+    /// b's bytes.
+    pub b: u64,
+    /// The result's bytes.
+    pub out: u64,
 }
 
 /// The algorithm chosen for a matmul, with what it moves.
@@ -72,6 +85,7 @@ pub struct MatmulChoice {
     pub bytes_per_rank: Option<u64>,
 }
 
+/// One way to run the matmul, with what it moves and what that costs.
 struct Candidate {
     algorithm: MatmulAlgorithm,
     out: Distribution,
@@ -80,157 +94,58 @@ struct Candidate {
     cost: f64,
 }
 
-/// Every algorithm that can run this matmul, cheapest first.
-fn candidates(case: &MatmulCase<'_>) -> Vec<Candidate> {
-    let p = case.ranks.unwrap_or(2).max(1) as f64;
-    let f = (p - 1.0) / p;
-    let (size_a, size_b, size_out) = (
-        case.bytes.0 as f64,
-        case.bytes.1 as f64,
-        case.bytes.2 as f64,
-    );
-    let sa = split(case.a, case.transpose.0);
-    let sb = split(case.b, case.transpose.1);
-    let mut out = Vec::new();
-    let mut add = |algorithm, dist: Distribution, detail: &[&str], cost: f64| {
-        out.push(Candidate {
+impl Candidate {
+    /// An algorithm that leaves the result in `dist` through the phases `detail`, sending
+    /// `cost` bytes per rank.
+    fn new(algorithm: MatmulAlgorithm, dist: Distribution, detail: &[&str], cost: f64) -> Self {
+        Candidate {
             algorithm,
             natural: dist.clone(),
             out: dist,
             detail: detail.iter().map(|s| s.to_string()).collect(),
             cost,
-        })
-    };
-    use MatmulAlgorithm::*;
-    if case.out == Some(&Distribution::Partial) {
-        // Each rank's own product over its slice of k, unreduced: the operands move to k-slabs
-        // where they are not there already (and c and the bias to rank 0, which adds them).
-        let mut moves = Vec::new();
-        let mut cost = 0.0;
-        if sa != Split::Cols {
-            moves.push("redistribute a to slices of k");
-            cost += f * size_a;
         }
-        if sb != Split::Rows {
-            moves.push("redistribute b to slices of k");
-            cost += f * size_b;
-        }
-        moves.push("local GEMM on this rank's slice of k, the partial products left unreduced");
-        if case.c.is_some() {
-            moves.push("rank 0 adds beta * c");
-            cost += f * size_out;
-        }
-        return vec![Candidate {
-            algorithm: KSplit,
-            natural: Distribution::Partial,
-            out: Distribution::Partial,
-            detail: moves.iter().map(|s| s.to_string()).collect(),
-            cost,
-        }];
     }
-    match (sa, sb) {
-        (Split::Rows, Split::Whole) => add(Local, Distribution::slab(0), &["local GEMM"], 0.0),
-        (Split::Whole, Split::Cols) => add(Local, Distribution::slab(1), &["local GEMM"], 0.0),
-        (Split::Whole, Split::Whole) => add(Local, Distribution::Replicated, &["local GEMM"], 0.0),
-        _ => {}
-    }
-    // Pieces that are whole blocks of the product's columns (rows) arrive in ring rounds, each
-    // round's GEMM overlapping the next round's move (ops::matmul::chunks).
-    let ring = match case.pipeline {
-        MatmulPipeline::Auto => {
-            "GEMM per ring round as each piece arrives, or after the whole gather if trials find it faster"
-        }
-        MatmulPipeline::Rounds => "GEMM per ring round as each piece arrives",
-        MatmulPipeline::Whole => "local GEMM",
-    };
-    if sa == Split::Rows && sb == Split::Cols {
-        add(
-            AgGemm,
-            Distribution::slab(0),
-            &["all-gather b", ring],
-            f * size_b,
-        );
-    } else if sa == Split::Rows && sb == Split::Rows {
-        add(
-            AgGemm,
-            Distribution::slab(0),
-            &["all-gather b", "local GEMM"],
-            f * size_b,
-        );
-    }
-    if sb == Split::Cols && sa == Split::Rows {
-        add(
-            AgGemm,
-            Distribution::slab(1),
-            &["all-gather a", ring],
-            f * size_a,
-        );
-    } else if sb == Split::Cols && sa == Split::Cols {
-        add(
-            AgGemm,
-            Distribution::slab(1),
-            &["all-gather a", "local GEMM"],
-            f * size_a,
-        );
-    }
-    if sa == Split::Cols && sb == Split::Rows {
-        add(
-            GemmRs,
-            Distribution::slab(0),
-            &["local GEMM on a k-slice", "reduce-scatter"],
-            f * size_out,
-        );
-        add(
-            GemmAr,
-            Distribution::Replicated,
-            &["local GEMM on a k-slice", "all-reduce"],
-            2.0 * f * size_out,
-        );
-    }
-    if let Some(out_dist) = summa_out(case) {
-        let given = match case.a {
-            Distribution::Block(b) => &b.grid,
-            Distribution::BlockCyclic(c) => &c.grid,
-            _ => &None,
-        };
-        let grid = crate::dist::process_grid(given, p as u64, 2);
-        let (pr, pc) = (grid[0] as f64, grid[1] as f64);
-        let cost = size_a / pr * (pc - 1.0) / pc + size_b / pc * (pr - 1.0) / pr;
-        add(
-            Summa,
-            out_dist,
-            &["SUMMA: panels broadcast along grid rows and columns"],
-            cost,
-        );
-    }
-    let mut moves = Vec::new();
-    let mut cost = 0.0;
-    if sa != Split::Rows {
-        moves.push("redistribute a to row slabs");
-        cost += f * size_a;
-    }
-    if sb != Split::Whole {
-        moves.push("replicate b");
-        cost += f * size_b;
-    }
-    moves.push("local GEMM");
-    add(Redistribute, Distribution::slab(0), &moves, cost);
+}
 
-    // A result or addend in another distribution than the algorithm's costs one more move.
+/// What the candidates are priced with: the rank count, the share of a collective's data each
+/// rank sends (`(p - 1) / p`), and the operands' bytes.
+struct Prices {
+    ranks: f64,
+    share: f64,
+    a: f64,
+    b: f64,
+    out: f64,
+}
+
+impl Prices {
+    /// The prices of `case` (an unknown rank count priced as 2).
+    fn of(case: &MatmulCase<'_>) -> Self {
+        let ranks = case.ranks.unwrap_or(2).max(1) as f64;
+        Prices {
+            ranks,
+            share: (ranks - 1.0) / ranks,
+            a: case.bytes.a as f64,
+            b: case.bytes.b as f64,
+            out: case.bytes.out as f64,
+        }
+    }
+}
+
+/// Every algorithm that can run this matmul, cheapest first.
+fn candidates(case: &MatmulCase<'_>) -> Vec<Candidate> {
+    let prices = Prices::of(case);
+    let sa = split(case.a, case.transpose_a);
+    let sb = split(case.b, case.transpose_b);
+    if case.out == Some(&Distribution::Partial) {
+        return vec![k_split(case, &prices, sa, sb)];
+    }
+    let mut out: Vec<Candidate> = local(sa, sb).into_iter().collect();
+    gathers_and_reductions(case.pipeline, &prices, sa, sb, &mut out);
+    out.extend(summa(case, &prices));
+    out.push(redistribute(&prices, sa, sb));
     for cand in &mut out {
-        if let Some(c) = case.c
-            && *c != cand.out
-        {
-            cand.detail.insert(0, "redistribute c".into());
-            cand.cost += f * size_out;
-        }
-        if let Some(target) = case.out
-            && *target != cand.out
-        {
-            cand.detail.push("redistribute the result".into());
-            cand.cost += f * size_out;
-            cand.out = target.clone();
-        }
+        move_c_and_result(cand, case, &prices);
     }
     // Cheapest first; among equals, fewer phases, then the order above.
     out.sort_by(|x, y| {
@@ -241,10 +156,189 @@ fn candidates(case: &MatmulCase<'_>) -> Vec<Candidate> {
     out
 }
 
+/// The one way to a partial result: each rank's own product over its slice of k, unreduced. The
+/// operands move to k-slabs where they are not there already (and c and the bias to rank 0,
+/// which adds them).
+fn k_split(case: &MatmulCase<'_>, prices: &Prices, sa: Split, sb: Split) -> Candidate {
+    let mut moves = Moves::of_operands(
+        prices,
+        (sa != Split::Cols).then_some("redistribute a to slices of k"),
+        (sb != Split::Rows).then_some("redistribute b to slices of k"),
+    );
+    moves.then("local GEMM on this rank's slice of k, the partial products left unreduced");
+    if case.c.is_some() {
+        moves.then("rank 0 adds beta * c");
+        moves.cost += prices.share * prices.out;
+    }
+    moves.candidate(MatmulAlgorithm::KSplit, Distribution::Partial)
+}
+
+/// The phases of an algorithm that moves data where it needs it, and the bytes each rank sends.
+#[derive(Default)]
+struct Moves {
+    detail: Vec<&'static str>,
+    cost: f64,
+}
+
+impl Moves {
+    /// The moves of a and b, each named where it moves (each rank sending its share of it).
+    fn of_operands(prices: &Prices, a: Option<&'static str>, b: Option<&'static str>) -> Self {
+        let mut moves = Moves::default();
+        for (phase, bytes) in [(a, prices.a), (b, prices.b)] {
+            if let Some(phase) = phase {
+                moves.then(phase);
+                moves.cost += prices.share * bytes;
+            }
+        }
+        moves
+    }
+
+    /// Adds `phase`, which sends nothing.
+    fn then(&mut self, phase: &'static str) {
+        self.detail.push(phase);
+    }
+
+    /// The candidate of `algorithm` through these phases, leaving the result in `dist`.
+    fn candidate(self, algorithm: MatmulAlgorithm, dist: Distribution) -> Candidate {
+        Candidate::new(algorithm, dist, &self.detail, self.cost)
+    }
+}
+
+/// The local GEMM, where the operands' pieces already multiply into the result's.
+fn local(sa: Split, sb: Split) -> Option<Candidate> {
+    let dist = match (sa, sb) {
+        (Split::Rows, Split::Whole) => Distribution::slab(0),
+        (Split::Whole, Split::Cols) => Distribution::slab(1),
+        (Split::Whole, Split::Whole) => Distribution::Replicated,
+        _ => return None,
+    };
+    Some(Candidate::new(
+        MatmulAlgorithm::Local,
+        dist,
+        &["local GEMM"],
+        0.0,
+    ))
+}
+
+/// The slab algorithms: an operand all-gathered (its GEMM per ring round where the pieces are
+/// whole blocks of the product), or a k-split product reduce-scattered or all-reduced.
+fn gathers_and_reductions(
+    pipeline: MatmulPipeline,
+    prices: &Prices,
+    sa: Split,
+    sb: Split,
+    out: &mut Vec<Candidate>,
+) {
+    use MatmulAlgorithm::*;
+    let f = prices.share;
+    // Pieces that are whole blocks of the product's columns (rows) arrive in ring rounds, each
+    // round's GEMM overlapping the next round's move (ops::matmul::chunks).
+    let ring = match pipeline {
+        MatmulPipeline::Auto => {
+            "GEMM per ring round as each piece arrives, or after the whole gather if trials find it faster"
+        }
+        MatmulPipeline::Rounds => "GEMM per ring round as each piece arrives",
+        MatmulPipeline::Whole => "local GEMM",
+    };
+    if sa == Split::Rows && sb == Split::Cols {
+        out.push(Candidate::new(
+            AgGemm,
+            Distribution::slab(0),
+            &["all-gather b", ring],
+            f * prices.b,
+        ));
+    } else if sa == Split::Rows && sb == Split::Rows {
+        out.push(Candidate::new(
+            AgGemm,
+            Distribution::slab(0),
+            &["all-gather b", "local GEMM"],
+            f * prices.b,
+        ));
+    }
+    if sb == Split::Cols && sa == Split::Rows {
+        out.push(Candidate::new(
+            AgGemm,
+            Distribution::slab(1),
+            &["all-gather a", ring],
+            f * prices.a,
+        ));
+    } else if sb == Split::Cols && sa == Split::Cols {
+        out.push(Candidate::new(
+            AgGemm,
+            Distribution::slab(1),
+            &["all-gather a", "local GEMM"],
+            f * prices.a,
+        ));
+    }
+    if sa == Split::Cols && sb == Split::Rows {
+        out.push(Candidate::new(
+            GemmRs,
+            Distribution::slab(0),
+            &["local GEMM on a k-slice", "reduce-scatter"],
+            f * prices.out,
+        ));
+        out.push(Candidate::new(
+            GemmAr,
+            Distribution::Replicated,
+            &["local GEMM on a k-slice", "all-reduce"],
+            2.0 * f * prices.out,
+        ));
+    }
+}
+
+/// SUMMA over the operands' common 2-D grid, where they share one (see [`summa_out`]).
+fn summa(case: &MatmulCase<'_>, prices: &Prices) -> Option<Candidate> {
+    let out_dist = summa_out(case)?;
+    let given = match case.a {
+        Distribution::Block(b) => &b.grid,
+        Distribution::BlockCyclic(c) => &c.grid,
+        _ => &None,
+    };
+    let grid = crate::dist::process_grid(given, prices.ranks as u64, 2);
+    let (pr, pc) = (grid[0] as f64, grid[1] as f64);
+    let cost = prices.a / pr * (pc - 1.0) / pc + prices.b / pc * (pr - 1.0) / pr;
+    Some(Candidate::new(
+        MatmulAlgorithm::Summa,
+        out_dist,
+        &["SUMMA: panels broadcast along grid rows and columns"],
+        cost,
+    ))
+}
+
+/// The fallback that always runs: a to row slabs and b replicated where they are not, then the
+/// local GEMM.
+fn redistribute(prices: &Prices, sa: Split, sb: Split) -> Candidate {
+    let mut moves = Moves::of_operands(
+        prices,
+        (sa != Split::Rows).then_some("redistribute a to row slabs"),
+        (sb != Split::Whole).then_some("replicate b"),
+    );
+    moves.then("local GEMM");
+    moves.candidate(MatmulAlgorithm::Redistribute, Distribution::slab(0))
+}
+
+/// Adds to `cand` the move of c to its result's distribution and of the result to the declared
+/// one, where they differ: one more move each.
+fn move_c_and_result(cand: &mut Candidate, case: &MatmulCase<'_>, prices: &Prices) {
+    if let Some(c) = case.c
+        && *c != cand.out
+    {
+        cand.detail.insert(0, "redistribute c".into());
+        cand.cost += prices.share * prices.out;
+    }
+    if let Some(target) = case.out
+        && *target != cand.out
+    {
+        cand.detail.push("redistribute the result".into());
+        cand.cost += prices.share * prices.out;
+        cand.out = target.clone();
+    }
+}
+
 /// SUMMA runs when a, b (untransposed) and c share one 2-D grid and kind, with matching k blocks;
 /// the result takes the same grid.
 fn summa_out(case: &MatmulCase<'_>) -> Option<Distribution> {
-    if case.transpose != (false, false) {
+    if case.transpose_a || case.transpose_b {
         return None;
     }
     match (case.a, case.b) {
@@ -314,8 +408,13 @@ mod tests {
             b,
             c: None,
             out,
-            transpose: t,
-            bytes: (1000, 1000, 1000),
+            transpose_a: t.0,
+            transpose_b: t.1,
+            bytes: OperandBytes {
+                a: 1000,
+                b: 1000,
+                out: 1000,
+            },
             ranks: Some(4),
             pipeline: MatmulPipeline::Rounds,
         }
@@ -397,7 +496,11 @@ mod tests {
         // Each possible algorithm named once, though several of its forms fit.
         let (a, b) = (Distribution::slab(0), Distribution::slab(1));
         let sizes = MatmulCase {
-            bytes: (512, 384, 768),
+            bytes: OperandBytes {
+                a: 512,
+                b: 384,
+                out: 768,
+            },
             ..case(&a, &b, None, (false, false))
         };
         let err = choose(&sizes, MatmulAlgorithm::Summa).unwrap_err();

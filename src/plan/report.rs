@@ -164,22 +164,34 @@ impl Plan {
 
     /// A readable table: tensors, steps, then memory per rank.
     pub fn to_table(&self, title: &str) -> String {
+        let mut out = format!(
+            "{title} on {} rank{}\n\n",
+            self.ranks,
+            if self.ranks == 1 { "" } else { "s" }
+        );
+        out.push_str(&table(&self.tensor_rows()));
+        if !self.steps.is_empty() {
+            out.push('\n');
+            out.push_str(&table(&self.step_rows()));
+        }
+        out.push_str(&self.memory_text());
+        out
+    }
+
+    /// The tensor table's rows, its header first: one row per tensor.
+    fn tensor_rows(&self) -> Vec<Vec<String>> {
         let n_steps = self.steps.len();
-        let mut rows = vec![
-            [
-                "tensor",
-                "shape",
-                "dtype",
-                "layout",
-                "distribution",
-                "local shape",
-                "bytes/rank",
-                "heap offset",
-                "live",
-            ]
-            .map(String::from)
-            .to_vec(),
-        ];
+        let mut rows = vec![header(&[
+            "tensor",
+            "shape",
+            "dtype",
+            "layout",
+            "distribution",
+            "local shape",
+            "bytes/rank",
+            "heap offset",
+            "live",
+        ])];
         for (name, t) in &self.tensors {
             let s = &t.state;
             let mut dist = dist_text(&resolved_dist(&s.dist, s.shape.len(), self.ranks));
@@ -202,47 +214,42 @@ impl Plan {
                 ),
             ]);
         }
-        let mut out = format!(
-            "{title} on {} rank{}\n\n",
-            self.ranks,
-            if self.ranks == 1 { "" } else { "s" }
-        );
-        out.push_str(&table(&rows));
-        if !self.steps.is_empty() {
-            let mut rows = vec![
-                [
-                    "step",
-                    "op",
-                    "name",
-                    "inputs",
-                    "outputs",
-                    "algorithm",
-                    "sends/rank",
-                    "detail",
-                ]
-                .map(String::from)
-                .to_vec(),
-            ];
-            for (i, s) in self.steps.iter().enumerate() {
-                let m = s.matmul.as_ref();
-                rows.push(vec![
-                    i.to_string(),
-                    s.op.to_string(),
-                    s.name.clone(),
-                    s.inputs.join(", "),
-                    s.outputs.join(", "),
-                    m.map_or("-", |m| m.algorithm.name()).to_string(),
-                    m.and_then(|m| m.bytes_per_rank)
-                        .map_or("-".into(), human_bytes),
-                    m.map(|m| m.detail.clone()).unwrap_or_default(),
-                ]);
-            }
-            out.push('\n');
-            out.push_str(&table(&rows));
-        }
-        out.push_str(&self.memory_text());
-        out
+        rows
     }
+
+    /// The step table's rows, its header first: one row per step.
+    fn step_rows(&self) -> Vec<Vec<String>> {
+        let mut rows = vec![header(&[
+            "step",
+            "op",
+            "name",
+            "inputs",
+            "outputs",
+            "algorithm",
+            "sends/rank",
+            "detail",
+        ])];
+        for (i, s) in self.steps.iter().enumerate() {
+            let m = s.matmul.as_ref();
+            rows.push(vec![
+                i.to_string(),
+                s.op.to_string(),
+                s.name.clone(),
+                s.inputs.join(", "),
+                s.outputs.join(", "),
+                m.map_or("-", |m| m.algorithm.name()).to_string(),
+                m.and_then(|m| m.bytes_per_rank)
+                    .map_or("-".into(), human_bytes),
+                m.map(|m| m.detail.clone()).unwrap_or_default(),
+            ]);
+        }
+        rows
+    }
+}
+
+/// A table's header row.
+fn header(names: &[&str]) -> Vec<String> {
+    names.iter().map(|n| n.to_string()).collect()
 }
 
 impl Plan {

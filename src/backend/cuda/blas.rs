@@ -5,7 +5,7 @@
 //! The pipeline wants `out` (m x n) row-major; cuBLAS is column-major, so it computes
 //! `out^T = op(b)^T op(a)^T`, which is `out` in row-major order.
 
-use super::{Cuda, DevBuf, launch_config, probe};
+use super::{Cuda, DevBuf, launch_config, lt, probe};
 use crate::backend::{Backend, Out};
 use crate::ops::matmul::epilog::Addends;
 use crate::ops::matmul::local::View;
@@ -133,11 +133,21 @@ pub enum ScalarKind {
     C64,
 }
 
-/// The GEMM's types: (a and b, out, compute, scalars).
-pub fn types(
-    dtype: DType,
-    out: DType,
-) -> Result<(cudaDataType, cudaDataType, cublasComputeType_t, ScalarKind)> {
+/// The types of a GEMM in cuBLAS's terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GemmTypes {
+    /// a's and b's.
+    pub data: cudaDataType,
+    /// The result's.
+    pub out: cudaDataType,
+    /// The arithmetic's.
+    pub compute: cublasComputeType_t,
+    /// What alpha and beta are passed as.
+    pub scalar: ScalarKind,
+}
+
+/// The GEMM's types for operands of `dtype` and a result of `out`.
+pub fn types(dtype: DType, out: DType) -> Result<GemmTypes> {
     use cublasComputeType_t::*;
     use cudaDataType::*;
     let data = |t: DType| -> Result<cudaDataType> {
@@ -157,7 +167,12 @@ pub fn types(
         DType::C64 => (CUBLAS_COMPUTE_32F, ScalarKind::C32),
         _ => (CUBLAS_COMPUTE_64F, ScalarKind::C64),
     };
-    Ok((data(dtype)?, data(out)?, compute, scalar))
+    Ok(GemmTypes {
+        data: data(dtype)?,
+        out: data(out)?,
+        compute,
+        scalar,
+    })
 }
 
 /// A scalar's bytes as cuBLAS reads it (host pointer mode).
@@ -234,7 +249,7 @@ impl Cuda<'_> {
         a: (&DevBuf, View),
         b: (&DevBuf, View),
         alpha: (f64, f64),
-        out: Out<'_, DevBuf>,
+        mut out: Out<'_, DevBuf>,
     ) -> Result<()> {
         let ((m, k), (kb, n)) = (a.1.dims(), b.1.dims());
         anyhow::ensure!(
@@ -245,34 +260,31 @@ impl Cuda<'_> {
             return Ok(());
         }
         let handle = self.blas()?;
-        let (ab, ct, compute, kind) = types(dtype, out.dtype)?;
+        let types = types(dtype, out.dtype)?;
         let (oa, ob) = (operand(a.1), operand(b.1));
         let mut keep = Vec::new();
         let pa = self.operand_ptr(a.0, &oa, dtype, &mut keep)?;
         let pb = self.operand_ptr(b.0, &ob, dtype, &mut keep)?;
-        let (ld, size) = (out.ld, out.dtype.size() as usize);
-        anyhow::ensure!(
-            ((out.at.0 + m - 1) * ld + out.at.1 + n) * size <= out.buf.len,
-            "the GEMM's block lies outside its output"
-        );
-        let po = out.buf.data.device_ptr_mut(&self.stream).0
-            + ((out.at.0 * ld + out.at.1) * size) as u64;
+        let gemm = lt::Gemm {
+            dims: lt::Dims { m, n, k },
+            a: lt::Matrix { ptr: pa, view: oa },
+            b: lt::Matrix { ptr: pb, view: ob },
+            d: self.block(&mut out, m, n)?,
+        };
         if let Some(fused) = &out.fused {
             anyhow::ensure!(
                 !out.accumulate,
                 "a GEMM with a fused epilog replaces its block"
             );
+            let size = out.dtype.size() as usize;
             let bias = fused
                 .bias
                 .as_ref()
                 .map(|(v, first)| v.data.device_ptr(&self.stream).0 + (first * size) as u64);
-            return self.gemm_lt(&super::lt::Call {
+            return self.gemm_lt(&lt::Call {
                 dtype,
                 out: out.dtype,
-                dims: (m, n, k),
-                a: (pa, oa),
-                b: (pb, ob),
-                d: (po, ld),
+                gemm,
                 alpha: alpha.0 as f32,
                 epilog: fused.epilog,
                 bias,
@@ -280,35 +292,21 @@ impl Cuda<'_> {
         }
         // Adding to the block: beta = 1.
         let beta = (f64::from(u8::from(out.accumulate)), 0.0);
-        let (alpha, beta) = (scalar_bytes(kind, alpha), scalar_bytes(kind, beta));
-        // SAFETY: the views describe the pieces; the block lies inside `out` (checked); the
-        // scalars live through the call (host pointer mode).
-        unsafe {
-            sys::cublasGemmEx_64(
-                handle,
-                ob.op,
-                oa.op,
-                n as i64,
-                m as i64,
-                k as i64,
-                alpha.as_ptr() as _,
-                pb as _,
-                ab,
-                ob.ld as i64,
-                pa as _,
-                ab,
-                oa.ld as i64,
-                beta.as_ptr() as _,
-                po as _,
-                ct,
-                ld as i64,
-                compute,
-                cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-            )
-            .result()
-        }
-        .map_err(blas_err)?;
-        Ok(())
+        let scalars = [alpha, beta].map(|v| scalar_bytes(types.scalar, v));
+        // SAFETY: the views describe the pieces; the block lies inside `out` (checked).
+        unsafe { gemm_ex(handle, &types, &gemm, &scalars) }
+    }
+
+    /// The block of `out` an m x n product goes to, checked to lie inside its buffer.
+    fn block(&self, out: &mut Out<'_, DevBuf>, m: usize, n: usize) -> Result<lt::Block> {
+        let (ld, size) = (out.ld, out.dtype.size() as usize);
+        anyhow::ensure!(
+            ((out.at.0 + m - 1) * ld + out.at.1 + n) * size <= out.buf.len,
+            "the GEMM's block lies outside its output"
+        );
+        let ptr = out.buf.data.device_ptr_mut(&self.stream).0
+            + ((out.at.0 * ld + out.at.1) * size) as u64;
+        Ok(lt::Block { ptr, ld })
     }
 
     /// The epilog on the GPU: `out` (in `dtype`) from `acc` (compute type) plus the addends,
@@ -381,6 +379,49 @@ impl Cuda<'_> {
     }
 }
 
+/// `d = alpha op(b)^T op(a)^T + beta d` through `cublasGemmEx` (`scalars`: alpha's and beta's
+/// bytes, as [`scalar_bytes`] makes them).
+///
+/// # Safety
+///
+/// The matrices of `gemm` must hold what their views describe, on the handle's stream.
+unsafe fn gemm_ex(
+    handle: cublasHandle_t,
+    types: &GemmTypes,
+    gemm: &lt::Gemm,
+    [alpha, beta]: &[Vec<u8>; 2],
+) -> Result<()> {
+    let lt::Gemm { dims, a, b, d } = gemm;
+    // SAFETY: the caller vouches for the matrices; the scalars live through the call (host
+    // pointer mode).
+    unsafe {
+        sys::cublasGemmEx_64(
+            handle,
+            b.view.op,
+            a.view.op,
+            dims.n as i64,
+            dims.m as i64,
+            dims.k as i64,
+            alpha.as_ptr() as _,
+            b.ptr as _,
+            types.data,
+            b.view.ld as i64,
+            a.ptr as _,
+            types.data,
+            a.view.ld as i64,
+            beta.as_ptr() as _,
+            d.ptr as _,
+            types.out,
+            d.ld as i64,
+            types.compute,
+            cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+        )
+        .result()
+    }
+    .map_err(blas_err)?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -417,16 +458,19 @@ mod tests {
 
     #[test]
     fn half_types_accumulate_in_f32_and_may_write_themselves() {
-        let (ab, out, compute, s) = types(DType::F16, DType::F32).unwrap();
-        assert_eq!(ab, cudaDataType::CUDA_R_16F);
-        assert_eq!(out, cudaDataType::CUDA_R_32F);
-        assert_eq!(compute, cublasComputeType_t::CUBLAS_COMPUTE_32F);
-        assert_eq!(s, ScalarKind::F32);
+        let t = types(DType::F16, DType::F32).unwrap();
+        assert_eq!(t.data, cudaDataType::CUDA_R_16F);
+        assert_eq!(t.out, cudaDataType::CUDA_R_32F);
+        assert_eq!(t.compute, cublasComputeType_t::CUBLAS_COMPUTE_32F);
+        assert_eq!(t.scalar, ScalarKind::F32);
         assert_eq!(
-            types(DType::Bf16, DType::Bf16).unwrap().1,
+            types(DType::Bf16, DType::Bf16).unwrap().out,
             cudaDataType::CUDA_R_16BF
         );
-        assert_eq!(types(DType::C128, DType::C128).unwrap().3, ScalarKind::C64);
+        assert_eq!(
+            types(DType::C128, DType::C128).unwrap().scalar,
+            ScalarKind::C64
+        );
         assert!(types(DType::I32, DType::I32).is_err());
         assert_eq!(scalar_bytes(ScalarKind::C32, (1.0, -2.0)).len(), 8);
     }

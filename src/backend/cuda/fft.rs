@@ -61,13 +61,32 @@ pub struct Group {
     pub dims: Vec<usize>,
     /// Distance between consecutive values of one transform (1: contiguous).
     pub stride: usize,
-    /// Distance between consecutive transforms of a batch, on input and output.
-    pub dist: (usize, usize),
+    /// Distance between consecutive transforms of a batch.
+    pub dist: InOut,
     /// Transforms per launch.
     pub batch: usize,
-    /// Launches, and the distance between their first elements on input and output.
+    /// Launches, and the distance between their first elements.
     pub launches: usize,
-    pub launch_step: (usize, usize),
+    pub launch_step: InOut,
+}
+
+/// A count in elements of a transform's input and of its output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InOut {
+    /// In input elements.
+    pub input: usize,
+    /// In output elements.
+    pub output: usize,
+}
+
+impl InOut {
+    /// The same count on both sides.
+    pub fn both(n: usize) -> Self {
+        InOut {
+            input: n,
+            output: n,
+        }
+    }
 }
 
 impl Group {
@@ -95,121 +114,114 @@ fn axis_of(op: &AxisOp, last: usize) -> (usize, Transform) {
 
 /// The cuFFT plans of a phase, in order.
 pub fn groups(phase: &Phase) -> Vec<Group> {
-    let nd = phase.shape.len();
-    let last = nd - 1;
     if let Some((lo, hi)) = phase.rows {
-        // Axis-0 transforms of rows lo..hi: one strided plan whose batch is those rows' columns
-        // (from the first row's: the caller moves its pointers there).
-        let rest: usize = phase.shape[2..].iter().product();
-        let pitch = phase.shape[1] * rest;
-        return phase
-            .ops
-            .iter()
-            .map(|op| Group {
-                transform: axis_of(op, last).1,
-                dims: vec![phase.shape[0]],
-                stride: pitch,
-                dist: (1, 1),
-                batch: (hi - lo) * rest,
-                launches: 1,
-                launch_step: (0, 0),
-            })
-            .collect();
+        return row_groups(phase, hi - lo);
     }
-    // The complex shape the transforms see (the last axis halved once an r2c has run; a c2r's
-    // real length from the op).
-    let mut shape = phase.shape.clone();
-    let real_last = match phase.ops.iter().find(|o| !matches!(o, AxisOp::C2c { .. })) {
-        Some(AxisOp::R2c) => {
-            let n = shape[last];
-            shape[last] = n / 2 + 1;
-            n
-        }
-        Some(AxisOp::C2r { n }) => *n,
-        _ => shape[last],
-    };
+    let seen = Seen::of(phase);
+    let last = seen.shape.len() - 1;
+    // A real transform of a last axis of length 1 stands alone (see `Group::one_point`).
+    let one_point = seen.real_last == 1;
     let mut out = Vec::new();
     let mut i = 0;
-    // A real transform of a last axis of length 1 stands alone (see `Group::one_point`).
-    let one_point = real_last == 1;
-    let real = |t: Transform| !matches!(t, Transform::C2c { .. });
     while i < phase.ops.len() {
         let (axis, first) = axis_of(&phase.ops[i], last);
-        if one_point && real(first) {
+        if one_point && is_real(first) {
             out.push(Group {
                 transform: first,
                 dims: vec![1],
                 stride: 1,
-                dist: (1, 1),
-                batch: shape.iter().product(),
+                dist: InOut::both(1),
+                batch: seen.shape.iter().product(),
                 launches: 1,
-                launch_step: (0, 0),
+                launch_step: InOut::both(0),
             });
             i += 1;
             continue;
         }
-        let direction = |t: Transform| match t {
-            Transform::C2c { inverse } => inverse,
-            Transform::R2c => false,
-            Transform::C2r => true,
-        };
-        // Grow a run of trailing axes: distinct axes forming [lo, last], one direction, an r2c
-        // only first and a c2r only last.
-        let mut axes = vec![axis];
-        let mut kind = first;
-        let mut j = i + 1;
-        while j < phase.ops.len() {
-            let (a, t) = axis_of(&phase.ops[j], last);
-            // A one-point real transform never joins a run.
-            let one_point_real = one_point && real(t);
-            let ok = !axes.contains(&a)
-                && direction(t) == direction(first)
-                && !matches!(t, Transform::R2c)
-                && !matches!(kind, Transform::C2r)
-                && !one_point_real;
-            if !ok {
-                break;
-            }
-            axes.push(a);
-            if t == Transform::C2r {
-                kind = t;
-            }
-            j += 1;
-        }
-        // Keep the longest prefix of the run whose axes are trailing and contiguous.
-        let mut take = axes.len();
-        while take > 0 {
-            let mut sorted = axes[..take].to_vec();
-            sorted.sort_unstable();
-            if sorted.last() == Some(&last) && sorted.windows(2).all(|w| w[1] == w[0] + 1) {
-                break;
-            }
-            take -= 1;
-        }
+        let axes = run_axes(&phase.ops[i..], last, one_point);
+        let take = trailing_prefix(&axes, last);
         if take == 0 {
-            // One transform over an inner axis: strided.
-            let inner: usize = shape[axis + 1..].iter().product();
-            let outer: usize = shape[..axis].iter().product();
-            let n = shape[axis];
-            out.push(Group {
-                transform: first,
-                dims: vec![n],
-                stride: inner,
-                dist: (1, 1),
-                batch: inner,
-                launches: outer,
-                launch_step: (n * inner, n * inner),
-            });
+            out.push(strided(first, axis, &seen.shape));
             i += 1;
             continue;
         }
-        let run = &phase.ops[i..i + take];
+        out.push(seen.batched(&phase.ops[i..i + take], first, &axes[..take]));
+        i += take;
+    }
+    out
+}
+
+/// The plans of axis-0 transforms of `rows` rows: one strided plan each, whose batch is those
+/// rows' columns (from the first row's: the caller moves its pointers there).
+fn row_groups(phase: &Phase, rows: usize) -> Vec<Group> {
+    let last = phase.shape.len() - 1;
+    let rest: usize = phase.shape[2..].iter().product();
+    let pitch = phase.shape[1] * rest;
+    phase
+        .ops
+        .iter()
+        .map(|op| Group {
+            transform: axis_of(op, last).1,
+            dims: vec![phase.shape[0]],
+            stride: pitch,
+            dist: InOut::both(1),
+            batch: rows * rest,
+            launches: 1,
+            launch_step: InOut::both(0),
+        })
+        .collect()
+}
+
+/// Whether a transform is real (r2c or c2r).
+fn is_real(t: Transform) -> bool {
+    !matches!(t, Transform::C2c { .. })
+}
+
+/// A transform's direction: true for cuFFT's inverse (+1).
+fn is_inverse(t: Transform) -> bool {
+    match t {
+        Transform::C2c { inverse } => inverse,
+        Transform::R2c => false,
+        Transform::C2r => true,
+    }
+}
+
+/// The shape a phase's transforms see.
+struct Seen {
+    /// The complex shape (the last axis halved once an r2c has run).
+    shape: Vec<usize>,
+    /// The real length of the last axis (a c2r's from the op).
+    real_last: usize,
+}
+
+impl Seen {
+    /// The shape `phase`'s transforms see.
+    fn of(phase: &Phase) -> Self {
+        let mut shape = phase.shape.clone();
+        let last = shape.len() - 1;
+        let real_last = match phase.ops.iter().find(|o| !matches!(o, AxisOp::C2c { .. })) {
+            Some(AxisOp::R2c) => {
+                let n = shape[last];
+                shape[last] = n / 2 + 1;
+                n
+            }
+            Some(AxisOp::C2r { n }) => *n,
+            _ => shape[last],
+        };
+        Seen { shape, real_last }
+    }
+
+    /// One batched plan over the trailing axes `axes` of the transforms `run` (the first
+    /// `first`): multi-dimensional from the lowest axis on, real where one of them is.
+    fn batched(&self, run: &[AxisOp], first: Transform, axes: &[usize]) -> Group {
+        let (shape, real_last) = (&self.shape, self.real_last);
+        let last = shape.len() - 1;
         let transform = run
             .iter()
             .map(|o| axis_of(o, last).1)
-            .find(|t| !matches!(t, Transform::C2c { .. }))
+            .find(|t| is_real(*t))
             .unwrap_or(first);
-        let lo = *axes[..take].iter().min().expect("a run");
+        let lo = *axes.iter().min().expect("a run");
         let mut dims = shape[lo..].to_vec();
         let complex: usize = dims.iter().product();
         let lines = complex / shape[last];
@@ -219,22 +231,83 @@ pub fn groups(phase: &Phase) -> Vec<Group> {
             _ => real_last,
         };
         let dist = match transform {
-            Transform::C2c { .. } => (complex, complex),
-            Transform::R2c => (real, complex),
-            Transform::C2r => (complex, real),
+            Transform::C2c { .. } => InOut::both(complex),
+            Transform::R2c => InOut {
+                input: real,
+                output: complex,
+            },
+            Transform::C2r => InOut {
+                input: complex,
+                output: real,
+            },
         };
-        out.push(Group {
+        Group {
             transform,
             dims,
             stride: 1,
             dist,
             batch: shape[..lo].iter().product(),
             launches: 1,
-            launch_step: (0, 0),
-        });
-        i += take;
+            launch_step: InOut::both(0),
+        }
     }
-    out
+}
+
+/// The axes of the run of transforms that `ops` starts: distinct axes, one direction, an r2c
+/// only first and a c2r only last, no one-point real transform after the first.
+fn run_axes(ops: &[AxisOp], last: usize, one_point: bool) -> Vec<usize> {
+    let (axis, first) = axis_of(&ops[0], last);
+    let mut axes = vec![axis];
+    let mut kind = first;
+    for op in &ops[1..] {
+        let (a, t) = axis_of(op, last);
+        // A one-point real transform never joins a run.
+        let one_point_real = one_point && is_real(t);
+        let ok = !axes.contains(&a)
+            && is_inverse(t) == is_inverse(first)
+            && !matches!(t, Transform::R2c)
+            && !matches!(kind, Transform::C2r)
+            && !one_point_real;
+        if !ok {
+            break;
+        }
+        axes.push(a);
+        if t == Transform::C2r {
+            kind = t;
+        }
+    }
+    axes
+}
+
+/// How many of a run's first axes are trailing and contiguous (0: none).
+fn trailing_prefix(axes: &[usize], last: usize) -> usize {
+    let mut take = axes.len();
+    while take > 0 {
+        let mut sorted = axes[..take].to_vec();
+        sorted.sort_unstable();
+        if sorted.last() == Some(&last) && sorted.windows(2).all(|w| w[1] == w[0] + 1) {
+            break;
+        }
+        take -= 1;
+    }
+    take
+}
+
+/// One transform over an inner axis of `shape`: strided, launched once per block of the axes
+/// before it.
+fn strided(transform: Transform, axis: usize, shape: &[usize]) -> Group {
+    let inner: usize = shape[axis + 1..].iter().product();
+    let outer: usize = shape[..axis].iter().product();
+    let n = shape[axis];
+    Group {
+        transform,
+        dims: vec![n],
+        stride: inner,
+        dist: InOut::both(1),
+        batch: inner,
+        launches: outer,
+        launch_step: InOut::both(n * inner),
+    }
 }
 
 /// A cuFFT plan (none for a one-point real transform) and the group it computes.
@@ -296,10 +369,10 @@ impl Plan {
                 n.as_mut_ptr(),
                 embed_ptr,
                 int(group.stride)?,
-                int(group.dist.0)?,
+                int(group.dist.input)?,
                 embed_ptr,
                 int(group.stride)?,
-                int(group.dist.1)?,
+                int(group.dist.output)?,
                 plan_type(group.transform, precision),
                 int(group.batch)?,
             )
@@ -324,8 +397,8 @@ impl Plan {
         // cuFFT's directions: -1 forward (e^-i), +1 inverse.
         let dir = |inverse: bool| if inverse { 1 } else { -1 };
         for l in 0..self.group.launches {
-            let i = src + (l * self.group.launch_step.0 * ie) as u64;
-            let o = dst + (l * self.group.launch_step.1 * oe) as u64;
+            let i = src + (l * self.group.launch_step.input * ie) as u64;
+            let o = dst + (l * self.group.launch_step.output * oe) as u64;
             let h = handle;
             // SAFETY: the group's layout stays inside both buffers (sized from the phase).
             unsafe {
@@ -386,36 +459,11 @@ impl Cuda<'_> {
             at_in + n_in <= input.len && at_out + n_out <= output.len,
             "an FFT phase outside its buffers"
         );
-        // A phase on some rows: one plan per row count, its pointers moved to the first row.
-        let (key, skip) = match phase.rows {
-            Some((lo, hi)) => {
-                let rest: usize = phase.shape[2..].iter().product();
-                let key = Phase {
-                    rows: Some((0, hi - lo)),
-                    ..phase.clone()
-                };
-                (key, (lo * rest * precision.size() as usize) as u64)
-            }
-            None => (phase.clone(), 0),
-        };
+        let key = PlanKey::of(phase, precision);
         let mut cache = self.ffts.borrow_mut();
-        let at = match cache
-            .iter()
-            .position(|(p, ph, _)| *p == precision && *ph == key)
-        {
-            Some(at) => at,
-            None => {
-                let plans = groups(&key)
-                    .into_iter()
-                    .map(|g| Plan::new(g, precision, self.stream.cu_stream() as _))
-                    .collect::<Result<Vec<_>>>()?;
-                cache.push((precision, key, plans));
-                cache.len() - 1
-            }
-        };
-        let plans = &cache[at].2;
-        let i = input.data.device_ptr(&self.stream).0 + at_in as u64 + skip;
-        let o = output.data.device_ptr_mut(&self.stream).0 + at_out as u64 + skip;
+        let plans = self.cached_plans(&mut cache, precision, key.phase)?;
+        let i = input.data.device_ptr(&self.stream).0 + at_in as u64 + key.skip;
+        let o = output.data.device_ptr_mut(&self.stream).0 + at_out as u64 + key.skip;
         let c2r = plans.iter().any(|p| p.group.transform == Transform::C2r);
         if plans.is_empty() {
             let n = n_in.min(n_out);
@@ -444,17 +492,90 @@ impl Cuda<'_> {
             }
         }
         if let Some(s) = phase.scale {
-            let (f, n) = match precision {
-                DType::C64 => (&self.kernels.scale_f32, n_out / 4),
-                _ => (&self.kernels.scale_f64, n_out / 8),
-            };
-            let (n, ptr) = (n as u64, o);
-            let mut launch = self.stream.launch_builder(f);
-            launch.arg(&ptr).arg(&n).arg(&s);
-            // SAFETY: n reals inside the output buffer.
-            unsafe { launch.launch(launch_config(n)) }?;
+            self.scale(precision, o, n_out, s)?;
         }
         Ok(())
+    }
+
+    /// The plans of `key` in `precision` from `cache`, made and kept there on first use.
+    fn cached_plans<'c>(
+        &self,
+        cache: &'c mut Vec<CachedPlans>,
+        precision: DType,
+        key: Phase,
+    ) -> Result<&'c [Plan]> {
+        let at = match cache
+            .iter()
+            .position(|c| c.precision == precision && c.phase == key)
+        {
+            Some(at) => at,
+            None => {
+                let plans = groups(&key)
+                    .into_iter()
+                    .map(|g| Plan::new(g, precision, self.stream.cu_stream() as _))
+                    .collect::<Result<Vec<_>>>()?;
+                cache.push(CachedPlans {
+                    precision,
+                    phase: key,
+                    plans,
+                });
+                cache.len() - 1
+            }
+        };
+        Ok(&cache[at].plans)
+    }
+
+    /// Scales the `bytes` of output at device address `ptr` (reals of `precision`) by `s`.
+    fn scale(&self, precision: DType, ptr: u64, bytes: usize, s: f64) -> Result<()> {
+        let (f, n) = match precision {
+            DType::C64 => (&self.kernels.scale_f32, bytes / 4),
+            _ => (&self.kernels.scale_f64, bytes / 8),
+        };
+        let n = n as u64;
+        let mut launch = self.stream.launch_builder(f);
+        launch.arg(&ptr).arg(&n).arg(&s);
+        // SAFETY: n reals inside the output buffer.
+        unsafe { launch.launch(launch_config(n)) }?;
+        Ok(())
+    }
+}
+
+/// The cuFFT plans made for one phase in one precision, kept for the next run of it.
+pub struct CachedPlans {
+    precision: DType,
+    phase: Phase,
+    plans: Vec<Plan>,
+}
+
+/// What a phase's plans are cached under, and where it starts in its buffers.
+struct PlanKey {
+    /// The phase; one on some rows becomes the phase on as many rows from row 0 (one plan per
+    /// row count).
+    phase: Phase,
+    /// Bytes from a buffer's start to the phase's first row (0 for a whole phase).
+    skip: u64,
+}
+
+impl PlanKey {
+    /// The key of `phase` in `precision`: a phase on some rows has its pointers moved to the
+    /// first row.
+    fn of(phase: &Phase, precision: DType) -> Self {
+        match phase.rows {
+            Some((lo, hi)) => {
+                let rest: usize = phase.shape[2..].iter().product();
+                PlanKey {
+                    phase: Phase {
+                        rows: Some((0, hi - lo)),
+                        ..phase.clone()
+                    },
+                    skip: (lo * rest * precision.size() as usize) as u64,
+                }
+            }
+            None => PlanKey {
+                phase: phase.clone(),
+                skip: 0,
+            },
+        }
     }
 }
 
@@ -482,7 +603,10 @@ mod tests {
         let g = groups(&phase(&[8, 6, 5], along_0).on_rows(2, 5).unwrap());
         assert_eq!(g.len(), 1);
         let g = &g[0];
-        assert_eq!((g.dims.clone(), g.stride, g.dist), (vec![8], 30, (1, 1)));
+        assert_eq!(
+            (g.dims.clone(), g.stride, g.dist),
+            (vec![8], 30, InOut::both(1))
+        );
         assert_eq!((g.batch, g.launches), (15, 1));
         // Transforms along other axes, or a scale, do not split by rows.
         let along_1 = vec![AxisOp::C2c {
@@ -560,7 +684,10 @@ mod tests {
         ));
         assert_eq!(g.len(), 1);
         assert_eq!(g[0].dims, [6, 8]);
-        assert_eq!((g[0].batch, g[0].dist, g[0].stride), (4, (48, 48), 1));
+        assert_eq!(
+            (g[0].batch, g[0].dist, g[0].stride),
+            (4, InOut::both(48), 1)
+        );
     }
 
     #[test]
@@ -579,7 +706,16 @@ mod tests {
         assert_eq!(g[0].transform, Transform::R2c);
         assert_eq!(g[0].dims, [6, 9]);
         // Real input 6*9 per transform, complex output 6*5.
-        assert_eq!((g[0].batch, g[0].dist), (3, (54, 30)));
+        assert_eq!(
+            (g[0].batch, g[0].dist),
+            (
+                3,
+                InOut {
+                    input: 54,
+                    output: 30
+                }
+            )
+        );
     }
 
     #[test]
@@ -595,8 +731,8 @@ mod tests {
         assert_eq!(g.len(), 1);
         let g = &g[0];
         assert_eq!(g.transform, Transform::C2c { inverse: true });
-        assert_eq!((g.stride, g.batch, g.dist), (4, 4, (1, 1)));
-        assert_eq!((g.launches, g.launch_step), (5, (28, 28)));
+        assert_eq!((g.stride, g.batch, g.dist), (4, 4, InOut::both(1)));
+        assert_eq!((g.launches, g.launch_step), (5, InOut::both(28)));
     }
 
     #[test]
@@ -616,7 +752,16 @@ mod tests {
         assert_eq!((g[0].stride, g[0].batch, g[0].launches), (18, 18, 1));
         assert_eq!(g[1].transform, Transform::C2r);
         assert_eq!(g[1].dims, [10]);
-        assert_eq!((g[1].batch, g[1].dist), (12, (6, 10)));
+        assert_eq!(
+            (g[1].batch, g[1].dist),
+            (
+                12,
+                InOut {
+                    input: 6,
+                    output: 10
+                }
+            )
+        );
     }
 
     #[test]

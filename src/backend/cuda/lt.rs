@@ -113,18 +113,136 @@ pub struct Call {
     pub dtype: DType,
     /// The result's dtype.
     pub out: DType,
-    /// (m, n, k) of the row-major block `out = op(a) op(b)` (m x k times k x n).
-    pub dims: (usize, usize, usize),
-    /// Device address and cuBLAS view of a's piece.
-    pub a: (u64, Operand),
-    /// Device address and cuBLAS view of b's piece.
-    pub b: (u64, Operand),
-    /// Device address of the block and its leading dimension.
-    pub d: (u64, usize),
+    /// The product's dimensions and matrices.
+    pub gemm: Gemm,
     pub alpha: f32,
     pub epilog: Epilog,
     /// The bias's device address (its first entry for this block).
     pub bias: Option<u64>,
+}
+
+/// The matrices of one GEMM, the row-major block `out = op(a) op(b)`.
+#[derive(Debug, Clone, Copy)]
+pub struct Gemm {
+    /// The dimensions.
+    pub dims: Dims,
+    /// a's piece.
+    pub a: Matrix,
+    /// b's piece.
+    pub b: Matrix,
+    /// The result's block.
+    pub d: Block,
+}
+
+/// The dimensions of a product: m x k times k x n.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dims {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+}
+
+/// An operand's piece: its device address and how cuBLAS reads it.
+#[derive(Debug, Clone, Copy)]
+pub struct Matrix {
+    pub ptr: u64,
+    pub view: Operand,
+}
+
+/// A block of the result: its device address and leading dimension.
+#[derive(Debug, Clone, Copy)]
+pub struct Block {
+    pub ptr: u64,
+    pub ld: usize,
+}
+
+/// The descriptor of the fused GEMM: f32 compute, the operands' ops (matrix A is b's piece,
+/// B a's) and the epilogue.
+fn matmul_desc(call: &Call) -> Result<Guard<sys::cublasLtMatmulDesc_t>> {
+    let desc = lt::create_matmul_desc(
+        sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+        sys::cudaDataType::CUDA_R_32F,
+    )
+    .map_err(lt_err)?;
+    let desc = Guard(desc, lt::destroy_matmul_desc);
+    use sys::cublasLtMatmulDescAttributes_t::*;
+    let attrs = [
+        (CUBLASLT_MATMUL_DESC_TRANSA, call.gemm.b.view.op as i32),
+        (CUBLASLT_MATMUL_DESC_TRANSB, call.gemm.a.view.op as i32),
+    ];
+    for (attr, op) in attrs {
+        set(lt::set_matmul_desc_attribute, desc.0, attr, &op)?;
+    }
+    set(
+        lt::set_matmul_desc_attribute,
+        desc.0,
+        CUBLASLT_MATMUL_DESC_EPILOGUE,
+        &epilogue(call.epilog),
+    )?;
+    Ok(desc)
+}
+
+/// The layouts of the fused GEMM: matrix A (b's piece, n x k after its op), B (a's, k x m) and
+/// the result (n x m), which is also C.
+struct Layouts {
+    a: Guard<sys::cublasLtMatrixLayout_t>,
+    b: Guard<sys::cublasLtMatrixLayout_t>,
+    d: Guard<sys::cublasLtMatrixLayout_t>,
+}
+
+impl Layouts {
+    /// The layouts of `call`: operands of type `ab`, the result of type `ct`.
+    fn of(call: &Call, ab: sys::cudaDataType, ct: sys::cudaDataType) -> Result<Self> {
+        let Dims { m, n, k } = call.gemm.dims;
+        Ok(Layouts {
+            a: stored_layout(ab, &call.gemm.b.view, n, k)?,
+            b: stored_layout(ab, &call.gemm.a.view, k, m)?,
+            d: layout(ct, n, m, call.gemm.d.ld)?,
+        })
+    }
+}
+
+/// The layout of an operand whose op makes it `rows x cols`, as it is stored (transposed where
+/// the op transposes).
+fn stored_layout(
+    t: sys::cudaDataType,
+    o: &Operand,
+    rows: usize,
+    cols: usize,
+) -> Result<Guard<sys::cublasLtMatrixLayout_t>> {
+    if o.op == cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_N {
+        layout(t, rows, cols, o.ld)
+    } else {
+        layout(t, cols, rows, o.ld)
+    }
+}
+
+/// The heuristic's preferences: the workspace, and each matrix's alignment as its address
+/// allows (it assumes 256 bytes unless told otherwise; a block of the result, or an operand's
+/// piece in a buffer, may start anywhere on an element).
+fn preference(call: &Call) -> Result<Guard<sys::cublasLtMatmulPreference_t>> {
+    let pref = Guard(
+        lt::create_matmul_pref().map_err(lt_err)?,
+        lt::destroy_matmul_pref,
+    );
+    use sys::cublasLtMatmulPreferenceAttributes_t::*;
+    set(
+        lt::set_matmul_pref_attribute,
+        pref.0,
+        CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+        &(WORKSPACE as u64),
+    )?;
+    let align = |p: u64| (1u32 << p.trailing_zeros().min(8)).max(1);
+    let alignments = [
+        (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, call.gemm.b.ptr),
+        (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, call.gemm.a.ptr),
+        (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, call.gemm.d.ptr),
+        (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, call.gemm.d.ptr),
+    ];
+    for (attr, ptr) in alignments {
+        set(lt::set_matmul_pref_attribute, pref.0, attr, &align(ptr))?;
+    }
+    Ok(pref)
 }
 
 impl Cuda<'_> {
@@ -148,121 +266,17 @@ impl Cuda<'_> {
 
     /// Runs `call` on the rank's stream.
     pub(super) fn gemm_lt(&self, call: &Call) -> Result<()> {
-        use cudarc::driver::{DevicePtr, DevicePtrMut};
+        use cudarc::driver::DevicePtr;
         let lt_handle = self.lt()?;
-        let (m, n, k) = call.dims;
         let (ab, ct) = (data_type(call.dtype)?, data_type(call.out)?);
-        let desc = lt::create_matmul_desc(
-            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-            sys::cudaDataType::CUDA_R_32F,
-        )
-        .map_err(lt_err)?;
-        let desc = Guard(desc, lt::destroy_matmul_desc);
-        use sys::cublasLtMatmulDescAttributes_t::*;
-        let (ob, oa) = (call.b.1, call.a.1);
-        set(
-            lt::set_matmul_desc_attribute,
-            desc.0,
-            CUBLASLT_MATMUL_DESC_TRANSA,
-            &(ob.op as i32),
-        )?;
-        set(
-            lt::set_matmul_desc_attribute,
-            desc.0,
-            CUBLASLT_MATMUL_DESC_TRANSB,
-            &(oa.op as i32),
-        )?;
-        set(
-            lt::set_matmul_desc_attribute,
-            desc.0,
-            CUBLASLT_MATMUL_DESC_EPILOGUE,
-            &epilogue(call.epilog),
-        )?;
-        // The bias's stretch for this block, copied where it starts on 16 bytes when it does not
-        // (a block's first row can start anywhere in the vector).
-        let mut aligned = None;
-        if let Some(bias) = call.bias {
-            let at = if bias % 16 == 0 {
-                bias
-            } else {
-                let bytes = n * call.out.size() as usize;
-                // SAFETY: written by the copy below before the GEMM reads it.
-                let mut copy = unsafe { self.stream.alloc::<u8>(bytes) }?;
-                let dst = copy.device_ptr_mut(&self.stream).0;
-                // SAFETY: the block's n entries lie in the bias vector (the caller's); the copy
-                // holds n entries; both on this stream.
-                unsafe {
-                    cudarc::driver::result::memcpy_dtod_async(
-                        dst,
-                        bias,
-                        bytes,
-                        self.stream.cu_stream(),
-                    )
-                }?;
-                aligned = Some(copy);
-                dst
-            };
-            set(
-                lt::set_matmul_desc_attribute,
-                desc.0,
-                CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                &(at as *const c_void),
-            )?;
-        }
-        let stored = |o: &Operand, rows: usize, cols: usize| {
-            if o.op == cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_N {
-                (rows, cols)
-            } else {
-                (cols, rows)
-            }
-        };
-        // Matrix A is b's piece (n x k after its op), matrix B a's (k x m).
-        let (ar, ac) = stored(&ob, n, k);
-        let (br, bc) = stored(&oa, k, m);
-        let la = layout(ab, ar, ac, ob.ld)?;
-        let lb = layout(ab, br, bc, oa.ld)?;
-        let ld = layout(ct, n, m, call.d.1)?;
-        let pref = Guard(
-            lt::create_matmul_pref().map_err(lt_err)?,
-            lt::destroy_matmul_pref,
-        );
-        use sys::cublasLtMatmulPreferenceAttributes_t::*;
-        set(
-            lt::set_matmul_pref_attribute,
-            pref.0,
-            CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-            &(WORKSPACE as u64),
-        )?;
-        // The heuristic assumes 256-byte aligned matrices unless told otherwise; a block of the
-        // result, or an operand's piece in a buffer, may start anywhere on an element.
-        let align = |p: u64| (1u32 << p.trailing_zeros().min(8)).max(1);
-        set(
-            lt::set_matmul_pref_attribute,
-            pref.0,
-            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-            &align(call.b.0),
-        )?;
-        set(
-            lt::set_matmul_pref_attribute,
-            pref.0,
-            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-            &align(call.a.0),
-        )?;
-        set(
-            lt::set_matmul_pref_attribute,
-            pref.0,
-            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-            &align(call.d.0),
-        )?;
-        set(
-            lt::set_matmul_pref_attribute,
-            pref.0,
-            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-            &align(call.d.0),
-        )?;
+        let desc = matmul_desc(call)?;
+        let aligned = self.set_bias(call, &desc)?;
+        let layouts = Layouts::of(call, ab, ct)?;
+        let pref = preference(call)?;
+        let (la, lb, ld) = (layouts.a.0, layouts.b.0, layouts.d.0);
         // SAFETY: descriptors made above.
         let heuristic = unsafe {
-            lt::get_matmul_algo_heuristic(lt_handle.handle, desc.0, la.0, lb.0, ld.0, ld.0, pref.0)
+            lt::get_matmul_algo_heuristic(lt_handle.handle, desc.0, la, lb, ld, ld, pref.0)
         }
         .map_err(lt_err)?;
         let (alpha, beta) = (call.alpha, 0.0f32);
@@ -275,14 +289,14 @@ impl Cuda<'_> {
                 desc.0,
                 &alpha as *const f32 as *const c_void,
                 &beta as *const f32 as *const c_void,
-                call.b.0 as *const c_void,
-                la.0,
-                call.a.0 as *const c_void,
-                lb.0,
-                call.d.0 as *const c_void,
-                ld.0,
-                call.d.0 as *mut c_void,
-                ld.0,
+                call.gemm.b.ptr as *const c_void,
+                la,
+                call.gemm.a.ptr as *const c_void,
+                lb,
+                call.gemm.d.ptr as *const c_void,
+                ld,
+                call.gemm.d.ptr as *mut c_void,
+                ld,
                 &heuristic.algo,
                 w as *mut c_void,
                 WORKSPACE,
@@ -293,6 +307,43 @@ impl Cuda<'_> {
         // The aligned bias (if any) is freed in stream order, after the GEMM.
         drop(aligned);
         Ok(())
+    }
+
+    /// Points `desc` at the bias's stretch for this block, copied where it starts on 16 bytes
+    /// when it does not (a block's first row can start anywhere in the vector): the copy, which
+    /// must live until the GEMM is queued.
+    fn set_bias(
+        &self,
+        call: &Call,
+        desc: &Guard<sys::cublasLtMatmulDesc_t>,
+    ) -> Result<Option<CudaSlice<u8>>> {
+        use cudarc::driver::DevicePtrMut;
+        let Some(bias) = call.bias else {
+            return Ok(None);
+        };
+        let mut aligned = None;
+        let at = if bias % 16 == 0 {
+            bias
+        } else {
+            let bytes = call.gemm.dims.n * call.out.size() as usize;
+            // SAFETY: written by the copy below before the GEMM reads it.
+            let mut copy = unsafe { self.stream.alloc::<u8>(bytes) }?;
+            let dst = copy.device_ptr_mut(&self.stream).0;
+            // SAFETY: the block's n entries lie in the bias vector (the caller's); the copy
+            // holds n entries; both on this stream.
+            unsafe {
+                cudarc::driver::result::memcpy_dtod_async(dst, bias, bytes, self.stream.cu_stream())
+            }?;
+            aligned = Some(copy);
+            dst
+        };
+        set(
+            lt::set_matmul_desc_attribute,
+            desc.0,
+            sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+            &(at as *const c_void),
+        )?;
+        Ok(aligned)
     }
 }
 

@@ -157,6 +157,31 @@ struct Kernels {
     complex_product: CudaFunction,
 }
 
+impl Kernels {
+    /// Compiles the backend's kernels (this module's, blas.rs's and fft.rs's) for `ctx`'s GPU
+    /// and loads them.
+    fn compile(ctx: &Arc<CudaContext>) -> Result<Self> {
+        let source = [KERNELS, blas::KERNELS, fft::KERNELS].concat();
+        let opts = cudarc::nvrtc::CompileOptions {
+            arch: Some(arch(ctx)?),
+            ..Default::default()
+        };
+        let ptx = cudarc::nvrtc::compile_ptx_with_opts(source, opts)
+            .map_err(|e| anyhow!("NVRTC: {e:?}"))?;
+        let module = ctx.load_module(ptx)?;
+        Ok(Kernels {
+            copy: module.load_function("copy_runs")?,
+            finish: module.load_function("finish")?,
+            conj_copy: module.load_function("conj_copy")?,
+            scale_f32: module.load_function("scale_f32")?,
+            scale_f64: module.load_function("scale_f64")?,
+            real_to_complex: module.load_function("real_to_complex")?,
+            complex_to_real: module.load_function("complex_to_real")?,
+            complex_product: module.load_function("complex_product")?,
+        })
+    }
+}
+
 /// A device buffer of `len` bytes (at least one byte is allocated: CUDA refuses empty ones),
 /// owned by cudarc or, when `sym` is set, a view of a buffer on NVSHMEM's symmetric heap (never
 /// freed alone: the heap is sized for every step's buffers).
@@ -210,7 +235,8 @@ pub struct Cuda<'a> {
     nvshmem: Option<nvshmem::Nvshmem<'a>>,
     /// Kernel tables on the GPU, by hash of their contents and length ([`Cuda::device_table`]).
     tables: RefCell<std::collections::HashMap<(u64, usize), CudaSlice<u64>>>,
-    ffts: RefCell<Vec<(DType, Phase, Vec<fft::Plan>)>>,
+    /// cuFFT plans by phase and precision, made on first use.
+    ffts: RefCell<Vec<fft::CachedPlans>>,
     name: String,
 }
 
@@ -265,6 +291,59 @@ fn complex_product(dtype: DType, op: ReduceOp) -> bool {
     dtype.is_complex() && op == ReduceOp::Prod
 }
 
+/// This rank's GPU ordinal (collective): from its local rank among the ranks on its host (or
+/// the launcher's) and `map`, checked to be shared with no other rank of the host.
+fn place(comm: &dyn Comm, host: &str, map: &DeviceMap) -> Result<usize> {
+    let rank = comm.rank();
+    let hosts: Vec<String> = comm
+        .all_gather_bytes(host.as_bytes())?
+        .into_iter()
+        .map(|h| String::from_utf8_lossy(&h).into_owned())
+        .collect();
+    let local = devmap::local_rank_from_env()
+        .unwrap_or_else(|| devmap::local_rank_from_hosts(&hosts, rank));
+    let visible = CudaContext::device_count().context("cannot count the GPUs")? as usize;
+    let ordinal = devmap::ordinal(map, rank, local, visible)?;
+    let placed: Vec<(String, usize)> = comm
+        .all_gather_bytes(&(ordinal as u64).to_le_bytes())?
+        .iter()
+        .zip(&hosts)
+        .map(|(b, h)| {
+            (
+                h.clone(),
+                u64::from_le_bytes(b[..8].try_into().expect("8 bytes")) as usize,
+            )
+        })
+        .collect();
+    devmap::check_unshared(&placed)?;
+    Ok(ordinal)
+}
+
+/// The NCCL communicator over `comm` (collective): rank 0's unique id reaches every rank
+/// through the process group.
+fn nccl_comm(comm: &dyn Comm) -> Result<nccl_sys::ncclComm_t> {
+    let (rank, size) = (comm.rank(), comm.size());
+    let id = if rank == 0 {
+        nccl::get_uniqueid().map_err(nccl_err)?
+    } else {
+        nccl_sys::ncclUniqueId { internal: [0; 128] }
+    };
+    // SAFETY: the id is 128 plain bytes.
+    let bytes: Vec<u8> = id.internal.iter().map(|&c| c as u8).collect();
+    let shared = comm.all_gather_bytes(&bytes)?.swap_remove(0);
+    let mut id = id;
+    for (d, s) in id.internal.iter_mut().zip(shared) {
+        *d = s as _;
+    }
+    let mut raw = std::mem::MaybeUninit::uninit();
+    // SAFETY: a valid out-pointer; every rank calls this with the same id.
+    let nccl_comm = unsafe {
+        nccl::comm_init_rank(raw.as_mut_ptr(), size as i32, id, rank as i32).map_err(nccl_err)?;
+        raw.assume_init()
+    };
+    Ok(nccl_comm)
+}
+
 impl<'a> Cuda<'a> {
     /// Starts the GPU backend on every rank: picks this rank's GPU, compiles the kernels, builds
     /// the NCCL communicator over `comm`, and with `heap` starts NVSHMEM with a symmetric heap of
@@ -276,28 +355,7 @@ impl<'a> Cuda<'a> {
         heap: Option<usize>,
     ) -> Result<Self> {
         probe::require(&[probe::Lib::Driver, probe::Lib::Nvrtc, probe::Lib::Nccl])?;
-        let (rank, size) = (comm.rank(), comm.size());
-        let hosts: Vec<String> = comm
-            .all_gather_bytes(host.as_bytes())?
-            .into_iter()
-            .map(|h| String::from_utf8_lossy(&h).into_owned())
-            .collect();
-        let local = devmap::local_rank_from_env()
-            .unwrap_or_else(|| devmap::local_rank_from_hosts(&hosts, rank));
-        let visible = CudaContext::device_count().context("cannot count the GPUs")? as usize;
-        let ordinal = devmap::ordinal(map, rank, local, visible)?;
-        let placed: Vec<(String, usize)> = comm
-            .all_gather_bytes(&(ordinal as u64).to_le_bytes())?
-            .iter()
-            .zip(&hosts)
-            .map(|(b, h)| {
-                (
-                    h.clone(),
-                    u64::from_le_bytes(b[..8].try_into().expect("8 bytes")) as usize,
-                )
-            })
-            .collect();
-        devmap::check_unshared(&placed)?;
+        let ordinal = place(comm, host, map)?;
         let ctx =
             CudaContext::new(ordinal).with_context(|| format!("cannot open GPU {ordinal}"))?;
         // One stream per rank: ordering is the stream's, so cudarc's per-buffer events are off.
@@ -306,44 +364,8 @@ impl<'a> Cuda<'a> {
         let stream = ctx.default_stream();
         // (A higher priority for it was measured slower: bench/RESULTS.md.)
         let side_stream = ctx.new_stream()?;
-        let source = [KERNELS, blas::KERNELS, fft::KERNELS].concat();
-        let opts = cudarc::nvrtc::CompileOptions {
-            arch: Some(arch(&ctx)?),
-            ..Default::default()
-        };
-        let ptx = cudarc::nvrtc::compile_ptx_with_opts(source, opts)
-            .map_err(|e| anyhow!("NVRTC: {e:?}"))?;
-        let module = ctx.load_module(ptx)?;
-        let kernels = Kernels {
-            copy: module.load_function("copy_runs")?,
-            finish: module.load_function("finish")?,
-            conj_copy: module.load_function("conj_copy")?,
-            scale_f32: module.load_function("scale_f32")?,
-            scale_f64: module.load_function("scale_f64")?,
-            real_to_complex: module.load_function("real_to_complex")?,
-            complex_to_real: module.load_function("complex_to_real")?,
-            complex_product: module.load_function("complex_product")?,
-        };
-        // NCCL: rank 0's unique id reaches every rank through the process group.
-        let id = if rank == 0 {
-            nccl::get_uniqueid().map_err(nccl_err)?
-        } else {
-            nccl_sys::ncclUniqueId { internal: [0; 128] }
-        };
-        // SAFETY: the id is 128 plain bytes.
-        let bytes: Vec<u8> = id.internal.iter().map(|&c| c as u8).collect();
-        let shared = comm.all_gather_bytes(&bytes)?.swap_remove(0);
-        let mut id = id;
-        for (d, s) in id.internal.iter_mut().zip(shared) {
-            *d = s as _;
-        }
-        let mut raw = std::mem::MaybeUninit::uninit();
-        // SAFETY: a valid out-pointer; every rank calls this with the same id.
-        let nccl_comm = unsafe {
-            nccl::comm_init_rank(raw.as_mut_ptr(), size as i32, id, rank as i32)
-                .map_err(nccl_err)?;
-            raw.assume_init()
-        };
+        let kernels = Kernels::compile(&ctx)?;
+        let nccl_comm = nccl_comm(comm)?;
         let nvshmem = match heap {
             Some(bytes) => Some(nvshmem::Nvshmem::init(comm, bytes)?),
             None => None,

@@ -1,14 +1,10 @@
 //! The meaning pass for fft: kinds, dtypes, the result's shape and distribution.
 
 use super::*;
+use crate::spec::step::Fft;
 
 impl Resolver<'_> {
-    pub(super) fn fft(
-        &mut self,
-        i: usize,
-        f: &crate::spec::step::Fft,
-        x: &TensorState,
-    ) -> Option<TensorState> {
+    pub(super) fn fft(&mut self, i: usize, f: &Fft, x: &TensorState) -> Option<TensorState> {
         let here = KeyPath::root().key("steps").index(i);
         let nd = x.shape.len();
         if !(2..=3).contains(&nd) {
@@ -21,6 +17,29 @@ impl Resolver<'_> {
             ));
             return None;
         }
+        let out_dtype = self.fft_out_dtype(&here, f, x)?;
+        if !self.fft_direction_and_out(&here, f) {
+            return None;
+        }
+        let declared = f.out.as_ref().and_then(|o| self.loaded.spec.tensors.get(o));
+        let shape = fft_out_shape(f.kind, &x.shape, declared);
+        // A declared output fixes its distribution: the result moves there after the
+        // transform (not partial: every rank would need the whole result).
+        let declared_dist = declared
+            .and_then(|d| d.distribution.clone())
+            .filter(|d| *d != Distribution::Partial);
+        let dist = self.fft_out_dist(i, &here, f, x, declared_dist)?;
+        Some(TensorState {
+            shape,
+            dtype: out_dtype,
+            layout: x.layout,
+            dist,
+        })
+    }
+
+    /// The result's dtype, where the kind takes the input's dtype (c2c and c2r complex, r2c
+    /// f32 or f64); otherwise the error is said.
+    fn fft_out_dtype(&mut self, here: &KeyPath, f: &Fft, x: &TensorState) -> Option<DType> {
         let (want, out_dtype) = match f.kind {
             FftKind::C2c => (x.dtype.is_complex(), Some(x.dtype)),
             FftKind::R2c => (
@@ -47,7 +66,12 @@ impl Resolver<'_> {
             );
             return None;
         }
-        let out_dtype = out_dtype.expect("kind and dtype agree");
+        Some(out_dtype.expect("kind and dtype agree"))
+    }
+
+    /// Checks that an r2c runs forward and a c2r inverse, and that either names an `out` (it
+    /// changes the dtype); says whether they do.
+    fn fft_direction_and_out(&mut self, here: &KeyPath, f: &Fft) -> bool {
         let needed = match f.kind {
             FftKind::R2c => Some(FftDirection::Forward),
             FftKind::C2r => Some(FftDirection::Inverse),
@@ -68,7 +92,7 @@ impl Resolver<'_> {
                     "set direction = \"{name}\", or leave it out for r2c"
                 )),
             );
-            return None;
+            return false;
         }
         if f.kind != FftKind::C2c && f.out.is_none() {
             self.err(
@@ -79,44 +103,38 @@ impl Resolver<'_> {
                 )
                 .help("name an `out` tensor"),
             );
-            return None;
+            return false;
         }
-        let mut shape = x.shape.clone();
-        let last = nd - 1;
-        let declared = f.out.as_ref().and_then(|o| self.loaded.spec.tensors.get(o));
-        match f.kind {
-            FftKind::C2c => {}
-            FftKind::R2c => shape[last] = x.shape[last] / 2 + 1,
-            FftKind::C2r => {
-                shape[last] = match declared {
-                    Some(d) if d.shape.len() == nd && d.shape[last] / 2 + 1 == x.shape[last] => {
-                        d.shape[last]
-                    }
-                    _ => 2 * x.shape[last].saturating_sub(1),
-                }
-            }
-        }
-        // A declared output fixes its distribution: the result moves there after the
-        // transform (not partial: every rank would need the whole result).
-        let declared_dist = declared
-            .and_then(|d| d.distribution.clone())
-            .filter(|d| *d != Distribution::Partial);
-        let dist = match &x.dist {
+        true
+    }
+
+    /// The result's distribution: the declared one, or from the input's (a slab moves to the
+    /// other axis, or stays with `reshape`; boxes stay for a c2c with `reshape`). None after
+    /// saying why there is none.
+    fn fft_out_dist(
+        &mut self,
+        i: usize,
+        here: &KeyPath,
+        f: &Fft,
+        x: &TensorState,
+        declared_dist: Option<Distribution>,
+    ) -> Option<Distribution> {
+        match &x.dist {
             Distribution::Slab(a) if a.index() < 2 => {
-                declared_dist.unwrap_or_else(|| match f.reshape {
+                Some(declared_dist.unwrap_or_else(|| match f.reshape {
                     true => x.dist.clone(),
                     false => Distribution::slab(1 - a.index()),
-                })
+                }))
             }
             Distribution::Boxes(_) => match declared_dist {
-                Some(d) => d,
-                None if f.reshape && f.kind == FftKind::C2c => x.dist.clone(),
+                Some(d) => Some(d),
+                None if f.reshape && f.kind == FftKind::C2c => Some(x.dist.clone()),
                 None => {
                     self.err(
                         Diagnostic::value(here.clone(), "an fft of boxes needs the output's distribution: declare the out tensor (boxes, as nvmath-python pairs them, or any other)")
                             .help("a c2c fft with reshape = true may leave it undeclared: the result keeps the input's boxes"),
                     );
-                    return None;
+                    None
                 }
             },
             _ => {
@@ -128,14 +146,29 @@ impl Resolver<'_> {
                     "{ slab = 0 }, { slab = 1 } or boxes",
                     false,
                 );
-                return None;
+                None
             }
-        };
-        Some(TensorState {
-            shape,
-            dtype: out_dtype,
-            layout: x.layout,
-            dist,
-        })
+        }
     }
+}
+
+/// The result's shape: the input's, its last axis halved plus one by an r2c, and for a c2r the
+/// declared output's real length where it fits (else the even length `2 (n - 1)`).
+fn fft_out_shape(kind: FftKind, input: &[u64], declared: Option<&TensorSpec>) -> Vec<u64> {
+    let nd = input.len();
+    let mut shape = input.to_vec();
+    let last = nd - 1;
+    match kind {
+        FftKind::C2c => {}
+        FftKind::R2c => shape[last] = input[last] / 2 + 1,
+        FftKind::C2r => {
+            shape[last] = match declared {
+                Some(d) if d.shape.len() == nd && d.shape[last] / 2 + 1 == input[last] => {
+                    d.shape[last]
+                }
+                _ => 2 * input[last].saturating_sub(1),
+            }
+        }
+    }
+    shape
 }

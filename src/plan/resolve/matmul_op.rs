@@ -1,22 +1,83 @@
 //! The meaning pass for matmul: operand shapes, dtypes, epilogs, and the algorithm's choice.
 
 use super::*;
-use crate::spec::step::BiasPer;
+use crate::spec::step::{BiasPer, Matmul};
+
+/// The tensors a matmul step reads, as they stand before it.
+struct Operands<'t> {
+    a: &'t TensorState,
+    b: &'t TensorState,
+    c: Option<&'t TensorState>,
+    bias: Option<&'t TensorState>,
+}
+
+/// The product's dimensions: op(a) is m x k and op(b) k x n.
+#[derive(Debug, Clone, Copy)]
+struct Dims {
+    m: u64,
+    n: u64,
+}
 
 impl Resolver<'_> {
     pub(super) fn matmul(
         &mut self,
         i: usize,
-        m: &crate::spec::step::Matmul,
+        m: &Matmul,
         ins: &[TensorState],
         mut info: StepPlan,
     ) -> StepPlan {
         let here = KeyPath::root().key("steps").index(i);
-        let (a, b) = (&ins[0], &ins[1]);
-        let c = m.c.as_ref().map(|_| &ins[2]);
-        let bias = m.bias.as_ref().map(|_| ins.last().expect("bias is read"));
+        let ops = Operands {
+            a: &ins[0],
+            b: &ins[1],
+            c: m.c.as_ref().map(|_| &ins[2]),
+            bias: m.bias.as_ref().map(|_| ins.last().expect("bias is read")),
+        };
+        let mut ok = self.matmul_matrices(&here, m, &ops);
+        ok &= self.matmul_dtypes(&here, m, &ops);
+        ok &= self.matmul_conjugates(&here, m, &ops);
+        ok &= self.matmul_epilog(&here, m, &ops);
+        let partial = self.matmul_partial_operands(i, m, &ops);
+        ok &= !partial;
+        let Some(dims) = self.matmul_dims(&here, m, &ops) else {
+            return info;
+        };
+        ok &= self.matmul_addend_shapes(&here, m, &ops, dims);
+        // The algorithm depends on the distributions alone: it is checked (and a forced one
+        // refused) even when the errors above keep the step from resolving, except where an
+        // operand is partial (no algorithm takes one: that error is already said).
+        if partial {
+            return info;
+        }
+        let declared = self
+            .loaded
+            .spec
+            .tensors
+            .get(&m.out)
+            .and_then(|t| t.distribution.clone());
+        ok &= self.matmul_partial_result(&here, m, declared.as_ref());
+        if let Some(d) = &declared {
+            let path = KeyPath::root()
+                .key("tensors")
+                .key(&m.out)
+                .key("distribution");
+            if !dist::check(d, &[dims.m, dims.n], self.ranks, &path).is_empty() {
+                return info;
+            }
+        }
+        let case = matmul_case(m, &ops, dims, declared.as_ref(), self.ranks);
+        match matmul::choose(&case, m.algorithm) {
+            Ok(_) if !ok => {}
+            Ok(choice) => self.matmul_write(i, m, ops.a, dims, choice, &mut info),
+            Err(e) => self.err(Diagnostic::value(here.key("algorithm"), e)),
+        }
+        info
+    }
+
+    /// Checks that a and b are matrices.
+    fn matmul_matrices(&mut self, here: &KeyPath, m: &Matmul, ops: &Operands<'_>) -> bool {
         let mut ok = true;
-        for (key, name, t) in [("a", &m.a, a), ("b", &m.b, b)] {
+        for (key, name, t) in [("a", &m.a, ops.a), ("b", &m.b, ops.b)] {
             if t.shape.len() != 2 {
                 ok = false;
                 self.err(Diagnostic::value(
@@ -28,6 +89,13 @@ impl Resolver<'_> {
                 ));
             }
         }
+        ok
+    }
+
+    /// Checks that a is a float dtype and every other operand has a's dtype.
+    fn matmul_dtypes(&mut self, here: &KeyPath, m: &Matmul, ops: &Operands<'_>) -> bool {
+        let a = ops.a;
+        let mut ok = true;
         if !a.dtype.is_float() {
             ok = false;
             self.err(
@@ -39,9 +107,9 @@ impl Resolver<'_> {
             );
         }
         for (key, name, t) in [
-            ("b", Some(&m.b), Some(b)),
-            ("c", m.c.as_ref(), c),
-            ("bias", m.bias.as_ref(), bias),
+            ("b", Some(&m.b), Some(ops.b)),
+            ("c", m.c.as_ref(), ops.c),
+            ("bias", m.bias.as_ref(), ops.bias),
         ] {
             if let (Some(name), Some(t)) = (name, t)
                 && t.dtype != a.dtype
@@ -56,6 +124,12 @@ impl Resolver<'_> {
                 ));
             }
         }
+        ok
+    }
+
+    /// Checks that a conjugated operand is also transposed, and complex.
+    fn matmul_conjugates(&mut self, here: &KeyPath, m: &Matmul, ops: &Operands<'_>) -> bool {
+        let mut ok = true;
         for (key, t) in [
             ("conjugate_a", m.conjugate_a && !m.transpose_a),
             ("conjugate_b", m.conjugate_b && !m.transpose_b),
@@ -71,7 +145,7 @@ impl Resolver<'_> {
                 );
             }
         }
-        if (m.conjugate_a || m.conjugate_b) && !a.dtype.is_complex() {
+        if (m.conjugate_a || m.conjugate_b) && !ops.a.dtype.is_complex() {
             ok = false;
             let key = if m.conjugate_a {
                 "conjugate_a"
@@ -80,9 +154,16 @@ impl Resolver<'_> {
             };
             self.err(Diagnostic::value(
                 here.key(key),
-                format!("conjugation applies to complex dtypes, not {}", a.dtype),
+                format!("conjugation applies to complex dtypes, not {}", ops.a.dtype),
             ));
         }
+        ok
+    }
+
+    /// Checks the epilog against the bias (named exactly when the epilog adds one) and the dtype
+    /// (no relu or gelu of complex values), and that beta has a c to scale.
+    fn matmul_epilog(&mut self, here: &KeyPath, m: &Matmul, ops: &Operands<'_>) -> bool {
+        let mut ok = true;
         match (m.epilog.map(|e| e.needs_bias()), &m.bias) {
             (Some(true), None) => {
                 ok = false;
@@ -103,12 +184,12 @@ impl Resolver<'_> {
             }
             _ => {}
         }
-        if a.dtype.is_complex() && crate::ops::matmul::epilog::nonlinear(m.epilog) {
+        if ops.a.dtype.is_complex() && crate::ops::matmul::epilog::nonlinear(m.epilog) {
             ok = false;
             self.err(
                 Diagnostic::value(
                     here.key("epilog"),
-                    format!("relu and gelu apply to real dtypes, not {}", a.dtype),
+                    format!("relu and gelu apply to real dtypes, not {}", ops.a.dtype),
                 )
                 .help("complex matmuls take the bias epilog only"),
             );
@@ -120,11 +201,16 @@ impl Resolver<'_> {
                     .help("name a `c` tensor, or remove beta"),
             );
         }
+        ok
+    }
+
+    /// Refuses a partial a, b or c; says whether any was.
+    fn matmul_partial_operands(&mut self, i: usize, m: &Matmul, ops: &Operands<'_>) -> bool {
         let mut partial = false;
         for (key, name, t) in [
-            ("a", Some(&m.a), Some(a)),
-            ("b", Some(&m.b), Some(b)),
-            ("c", m.c.as_ref(), c),
+            ("a", Some(&m.a), Some(ops.a)),
+            ("b", Some(&m.b), Some(ops.b)),
+            ("c", m.c.as_ref(), ops.c),
         ] {
             if let (Some(name), Some(t)) = (name, t)
                 && t.dist == Distribution::Partial
@@ -133,9 +219,15 @@ impl Resolver<'_> {
                 self.expect_dist(i, key, name, &t.dist, "non-partial", false);
             }
         }
-        ok &= !partial;
+        partial
+    }
+
+    /// The product's dimensions, where a and b are matrices whose inner dimensions (after their
+    /// transposes) agree; the disagreement is refused.
+    fn matmul_dims(&mut self, here: &KeyPath, m: &Matmul, ops: &Operands<'_>) -> Option<Dims> {
+        let (a, b) = (ops.a, ops.b);
         if a.shape.len() != 2 || b.shape.len() != 2 {
-            return info;
+            return None;
         }
         let (m_, k_a) = if m.transpose_a {
             (a.shape[1], a.shape[0])
@@ -161,9 +253,22 @@ impl Resolver<'_> {
                 )
                 .help("set transpose_a or transpose_b, or fix the shapes"),
             );
-            return info;
+            return None;
         }
-        if let Some(c) = c
+        Some(Dims { m: m_, n: n_ })
+    }
+
+    /// Checks that c has the result's shape and the bias one entry per row (or column) of it.
+    fn matmul_addend_shapes(
+        &mut self,
+        here: &KeyPath,
+        m: &Matmul,
+        ops: &Operands<'_>,
+        dims: Dims,
+    ) -> bool {
+        let Dims { m: m_, n: n_ } = dims;
+        let mut ok = true;
+        if let Some(c) = ops.c
             && c.shape != [m_, n_]
         {
             ok = false;
@@ -175,7 +280,7 @@ impl Resolver<'_> {
                 ),
             ));
         }
-        if let Some(bias) = bias {
+        if let Some(bias) = ops.bias {
             let (want, along, other, other_key) = match m.bias_per {
                 BiasPer::Row => (m_, "row", n_, "column"),
                 BiasPer::Column => (n_, "column", m_, "row"),
@@ -198,22 +303,20 @@ impl Resolver<'_> {
                 });
             }
         }
-        // The algorithm depends on the distributions alone: it is checked (and a forced one
-        // refused) even when the errors above keep the step from resolving, except where an
-        // operand is partial (no algorithm takes one: that error is already said).
-        if partial {
-            return info;
-        }
-        let declared = self
-            .loaded
-            .spec
-            .tensors
-            .get(&m.out)
-            .and_then(|t| t.distribution.clone());
-        if declared == Some(Distribution::Partial)
+        ok
+    }
+
+    /// Refuses relu and gelu on a result declared partial (each rank holds one share of the
+    /// sum); says whether the epilog is fine.
+    fn matmul_partial_result(
+        &mut self,
+        here: &KeyPath,
+        m: &Matmul,
+        declared: Option<&Distribution>,
+    ) -> bool {
+        if declared == Some(&Distribution::Partial)
             && crate::ops::matmul::epilog::nonlinear(m.epilog)
         {
-            ok = false;
             self.err(
                 Diagnostic::value(
                     here.key("epilog"),
@@ -224,51 +327,56 @@ impl Resolver<'_> {
                 )
                 .help("apply the activation after the reduction, or use the bias epilog alone"),
             );
+            return false;
         }
-        if let Some(d) = &declared {
-            let found = dist::check(
-                d,
-                &[m_, n_],
-                self.ranks,
-                &KeyPath::root()
-                    .key("tensors")
-                    .key(&m.out)
-                    .key("distribution"),
-            );
-            if !found.is_empty() {
-                return info;
-            }
-        }
-        let out_bytes = byte_size(&[m_, n_], a.dtype).unwrap_or(u64::MAX);
-        let case = MatmulCase {
-            a: &a.dist,
-            b: &b.dist,
-            c: c.map(|c| &c.dist),
-            out: declared.as_ref(),
-            transpose: (m.transpose_a, m.transpose_b),
-            bytes: (
-                byte_size(&a.shape, a.dtype).unwrap_or(u64::MAX),
-                byte_size(&b.shape, b.dtype).unwrap_or(u64::MAX),
-                out_bytes,
-            ),
-            ranks: self.ranks,
-            pipeline: m.pipeline,
+        true
+    }
+
+    /// Writes the result of the chosen algorithm and records the choice in `info`.
+    fn matmul_write(
+        &mut self,
+        i: usize,
+        m: &Matmul,
+        a: &TensorState,
+        dims: Dims,
+        choice: matmul::MatmulChoice,
+        info: &mut StepPlan,
+    ) {
+        let out = TensorState {
+            shape: vec![dims.m, dims.n],
+            dtype: a.dtype,
+            layout: a.layout,
+            dist: choice.out.clone(),
         };
-        match matmul::choose(&case, m.algorithm) {
-            Ok(_) if !ok => {}
-            Ok(choice) => {
-                let out = TensorState {
-                    shape: vec![m_, n_],
-                    dtype: a.dtype,
-                    layout: a.layout,
-                    dist: choice.out.clone(),
-                };
-                self.write(i, "out", &m.out, out.clone(), false);
-                info.output_state = Some(self.current.get(&m.out).cloned().unwrap_or(out));
-                info.matmul = Some(choice);
-            }
-            Err(e) => self.err(Diagnostic::value(here.key("algorithm"), e)),
-        }
-        info
+        self.write(i, "out", &m.out, out.clone(), false);
+        info.output_state = Some(self.current.get(&m.out).cloned().unwrap_or(out));
+        info.matmul = Some(choice);
+    }
+}
+
+/// What the algorithm's choice needs to know of the step: the operands' distributions and
+/// bytes, the transposes, the declared result, the rank count.
+fn matmul_case<'c>(
+    m: &Matmul,
+    ops: &Operands<'c>,
+    dims: Dims,
+    declared: Option<&'c Distribution>,
+    ranks: Option<u64>,
+) -> MatmulCase<'c> {
+    let (a, b) = (ops.a, ops.b);
+    MatmulCase {
+        a: &a.dist,
+        b: &b.dist,
+        c: ops.c.map(|c| &c.dist),
+        out: declared,
+        transpose_a: m.transpose_a,
+        transpose_b: m.transpose_b,
+        bytes: matmul::OperandBytes {
+            a: byte_size(&a.shape, a.dtype).unwrap_or(u64::MAX),
+            b: byte_size(&b.shape, b.dtype).unwrap_or(u64::MAX),
+            out: byte_size(&[dims.m, dims.n], a.dtype).unwrap_or(u64::MAX),
+        },
+        ranks,
+        pipeline: m.pipeline,
     }
 }
