@@ -169,11 +169,33 @@ pub enum E {
     I(i128),
 }
 
+/// `x` in bf16, rounded once to nearest even (`half`'s `bf16::from_f64` goes through f32, and
+/// rounding twice moves a value just off a tie onto the wrong side of it): of the bf16 values
+/// next to `half`'s, the nearest, the even one on a tie.
+fn bf16_once(x: f64) -> half::bf16 {
+    let guess = half::bf16::from_f64(x);
+    if !guess.is_finite() {
+        return guess;
+    }
+    let bits = guess.to_bits();
+    [bits.wrapping_sub(1), bits, bits.wrapping_add(1)]
+        .map(half::bf16::from_bits)
+        .into_iter()
+        .filter(|c| c.is_finite())
+        .min_by(|a, b| {
+            let far = |c: &half::bf16| (c.to_f64() - x).abs();
+            far(a)
+                .total_cmp(&far(b))
+                .then((a.to_bits() & 1).cmp(&(b.to_bits() & 1)))
+        })
+        .unwrap_or(guess)
+}
+
 /// A float rounded to the dtype (round to nearest even), complex parts each.
 pub fn round(dt: Dt, v: C) -> C {
     let r = |x: f64| match dt {
         Dt::F16 => half::f16::from_f64(x).to_f64(),
-        Dt::Bf16 => half::bf16::from_f64(x).to_f64(),
+        Dt::Bf16 => bf16_once(x).to_f64(),
         Dt::F32 | Dt::C64 => x as f32 as f64,
         _ => x,
     };
@@ -188,7 +210,7 @@ pub fn round(dt: Dt, v: C) -> C {
 pub fn encode(dt: Dt, e: E, out: &mut Vec<u8>) {
     match (dt, e) {
         (Dt::F16, E::F(v)) => out.extend(half::f16::from_f64(v.0).to_le_bytes()),
-        (Dt::Bf16, E::F(v)) => out.extend(half::bf16::from_f64(v.0).to_le_bytes()),
+        (Dt::Bf16, E::F(v)) => out.extend(bf16_once(v.0).to_le_bytes()),
         (Dt::F32, E::F(v)) => out.extend((v.0 as f32).to_le_bytes()),
         (Dt::F64, E::F(v)) => out.extend(v.0.to_le_bytes()),
         (Dt::C64, E::F(v)) => {
