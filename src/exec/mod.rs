@@ -1,10 +1,10 @@
 //! The step loop: initialize the tensors, run every step (warm-up, then timed iterations whose
-//! time is the slowest rank's; each kind of step in `steps.rs`), check results, and hand what ran
+//! time is the slowest rank's; each kind of step in `running.rs`), check results, and hand what ran
 //! to the writer.
 
 pub mod memory;
 mod progress;
-mod steps;
+mod running;
 mod write;
 
 use crate::backend::Backend;
@@ -52,13 +52,21 @@ pub struct StepRecord {
     /// The check's outcome, over all ranks.
     pub check: Option<Comparison>,
     /// Where the trial runs chose how a step's data travels (a movement into a symmetric result, an
-    /// FFT's transpose): the choice, and the median trial time by NCCL and by NVSHMEM puts
-    /// (seconds, slowest rank).
-    pub via: Option<(CommBackend, [f64; 2])>,
+    /// FFT's transpose): by NCCL or NVSHMEM puts, with the trial times in that order.
+    pub via: Option<Chosen<CommBackend>>,
     /// How a matmul's gathered operand traveled where it could go in rounds (`Rounds` or
-    /// `Whole`), and the median trial time each way (rounds, whole; seconds, slowest rank) where
-    /// trial runs chose.
-    pub pipeline: Option<(MatmulPipeline, Option<[f64; 2]>)>,
+    /// `Whole`), with the trial times (rounds, whole) where trial runs chose.
+    pub pipeline: Option<Chosen<MatmulPipeline>>,
+}
+
+/// One of two ways to run a step, and where trial runs chose it, the median trial time of each
+/// way (seconds, slowest rank), in the ways' order.
+#[derive(Debug, Clone, Copy)]
+pub struct Chosen<T> {
+    /// The way the step ran.
+    pub way: T,
+    /// The trials' times, where trials chose.
+    pub trials: Option<[f64; 2]>,
 }
 
 impl StepRecord {
@@ -298,9 +306,9 @@ fn execute<B: Backend>(
         };
         let inputs: Vec<&B::Buf> = planned.inputs.iter().map(|n| &tensors[n].1).collect();
         let out_name = &planned.outputs[0];
-        let out_bytes = crate::ops::step::local_bytes(&out_state, ranks, rank);
+        let out_bytes = crate::ops::movement::local_bytes(&out_state, ranks, rank);
         let mut place = heap_place(b, arena.as_ref(), &plan.tensors[out_name], out_bytes)?;
-        let run = steps::Run {
+        let run = running::Run {
             b,
             index: i,
             step,
@@ -310,13 +318,13 @@ fn execute<B: Backend>(
             progress,
         };
         let out = match step {
-            Step::Matmul(m) => steps::matmul(&run, m, spec.job.seed, &mut record)?,
-            Step::Fft(f) => steps::fft(&run, f, &mut record)?,
+            Step::Matmul(m) => running::matmul(&run, m, spec.job.seed, &mut record)?,
+            Step::Fft(f) => running::fft(&run, f, &mut record)?,
             _ => {
                 // A movement writes straight into its symmetric result (unless in place).
                 let in_place = planned.inputs[0] == *out_name;
                 let dest = if in_place { None } else { place.take() };
-                steps::movement(&run, dest, &mut record)?
+                running::movement(&run, dest, &mut record)?
             }
         };
         progress.end_step(&record);
@@ -341,13 +349,13 @@ fn once<B: Backend>(b: &B, run: &mut dyn FnMut() -> Result<()>) -> Result<f64> {
 }
 
 /// The choice between NCCL and NVSHMEM for a step whose data puts can move (a movement into a
-/// symmetric result, an FFT's transpose), by `trials`; returns it and both trial times.
+/// symmetric result, an FFT's transpose), by `trials`.
 fn pick_via<B: Backend, P>(
     b: &B,
     prepared: &mut P,
     set: impl Fn(&mut P, CommBackend),
     mut run: impl FnMut(&mut P) -> Result<()>,
-) -> Result<(CommBackend, [f64; 2])> {
+) -> Result<Chosen<CommBackend>> {
     let vias = [CommBackend::Nccl, CommBackend::Nvshmem];
     let times = trials(b, &mut |i| {
         set(prepared, vias[i]);
@@ -355,7 +363,10 @@ fn pick_via<B: Backend, P>(
     })?;
     let chosen = vias[usize::from(times[1] < times[0])];
     set(prepared, chosen);
-    Ok((chosen, times))
+    Ok(Chosen {
+        way: chosen,
+        trials: Some(times),
+    })
 }
 
 /// The choice between a matmul in rounds and the same matmul gathering in one exchange

@@ -1,7 +1,7 @@
 //! What rank 0 tells the user while a run goes: a progress bar on a terminal, plain lines
 //! otherwise, nothing with `-q`.
 
-use super::StepRecord;
+use super::{Chosen, StepRecord};
 use crate::spec::step::MatmulPipeline;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::cell::RefCell;
@@ -80,16 +80,20 @@ impl Progress {
                 alg * factor
             ));
         }
-        if let Some((via, [nccl, nvshmem])) = record.via {
+        if let Some(Chosen {
+            way,
+            trials: Some([nccl, nvshmem]),
+        }) = record.via
+        {
             line.push_str(&format!(
                 ", by {} (trials: nccl {:.3} ms, nvshmem {:.3} ms)",
-                via.name(),
+                way.name(),
                 nccl * 1e3,
                 nvshmem * 1e3
             ));
         }
-        if let Some((chosen, trials)) = record.pipeline {
-            line.push_str(match chosen {
+        if let Some(Chosen { way, trials }) = record.pipeline {
+            line.push_str(match way {
                 MatmulPipeline::Rounds => ", in rounds",
                 _ => ", in one exchange",
             });

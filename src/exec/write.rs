@@ -4,7 +4,7 @@
 
 mod whole;
 
-use super::{Options, Outcome, progress::Progress};
+use super::{Chosen, Options, Outcome, progress::Progress};
 use crate::backend::Backend;
 use crate::dist::Placement;
 use crate::dist::TensorState;
@@ -282,13 +282,16 @@ fn manifest<B: Backend>(
                     passed: c.passed,
                     max_error: c.max_error,
                 }),
-                via: s.via.map(|(chosen, [nccl_s, nvshmem_s])| ViaRecord {
-                    chosen: chosen.name().to_string(),
-                    nccl_s,
-                    nvshmem_s,
+                via: s.via.map(|c| {
+                    let [nccl_s, nvshmem_s] = c.trials.unwrap_or([0.0; 2]);
+                    ViaRecord {
+                        chosen: c.way.name().to_string(),
+                        nccl_s,
+                        nvshmem_s,
+                    }
                 }),
-                pipeline: s.pipeline.map(|(chosen, trials)| PipelineRecord {
-                    chosen: chosen.name().to_string(),
+                pipeline: s.pipeline.map(|Chosen { way, trials }| PipelineRecord {
+                    chosen: way.name().to_string(),
                     rounds_s: trials.map(|t| t[0]),
                     whole_s: trials.map(|t| t[1]),
                 }),

@@ -3,8 +3,8 @@
 pub mod exchange;
 pub mod fft;
 pub mod matmul;
+pub mod movement;
 pub mod movement_check;
-pub mod step;
 pub mod sum;
 
 /// The outcome of a step's check: of comparing a result with its expected values (data

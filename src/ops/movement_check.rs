@@ -7,7 +7,7 @@
 
 use super::Comparison;
 use super::exchange::{Custom, Side};
-use super::step::{Movement, Staged, local_bytes, regather, staged_bytes};
+use super::movement::{Movement, Staged, local_bytes, regather, staged_bytes};
 use crate::backend::Backend;
 use crate::dist::{Placement, TensorState};
 use crate::init::{self, CHUNK, IndexMap, Scalar};

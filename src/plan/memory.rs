@@ -1,12 +1,12 @@
 //! What each step holds beside its tensors, for every rank (each op's own accounting, in its
-//! module: `ops::step`, `ops::matmul::memory`, `ops::fft::memory`, `ops::movement_check`), what
+//! module: `ops::movement`, `ops::matmul::memory`, `ops::fft::memory`, `ops::movement_check`), what
 //! writing the outputs holds, and the symmetric heap NVSHMEM is given: the plan's peak is the
 //! most any rank holds at one point, all of these counted.
 
 use super::StepPlan;
 use crate::dist::TensorState;
 use crate::ops;
-use crate::ops::step::local_bytes;
+use crate::ops::movement::local_bytes;
 use crate::spec::step::Step;
 
 /// One step's memory beyond its inputs and result.
@@ -46,7 +46,7 @@ pub fn step_memory(planned: &StepPlan, ranks: u64, puts: bool) -> StepMemory {
             (per_rank(&run), per_rank(&checked))
         }
         _ => {
-            let run = ops::step::workspace(step, &inputs[0], out, ranks);
+            let run = ops::movement::workspace(step, &inputs[0], out, ranks);
             let checked = ops::movement_check::workspace(step, &inputs[0], out, ranks);
             (per_rank(&run), per_rank(&checked))
         }

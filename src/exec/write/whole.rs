@@ -6,7 +6,7 @@ use crate::backend::Backend;
 use crate::dist::TensorState;
 use crate::dist::whole::{chunks, whole_state};
 use crate::ops::exchange::Custom;
-use crate::ops::step::{Movement, Staged};
+use crate::ops::movement::{Movement, Staged};
 use crate::spec::tensor::Layout;
 use anyhow::Result;
 
@@ -86,7 +86,7 @@ mod tests {
             // One rank's partial piece is its whole array.
             let piece = match dist {
                 Distribution::Partial => c.clone(),
-                _ => crate::ops::step::regather(&cpu, &c_state, &c, &state).unwrap(),
+                _ => crate::ops::movement::regather(&cpu, &c_state, &c, &state).unwrap(),
             };
             for chunk in [4, 20, 48, 1 << 20] {
                 let mut got = Vec::new();

@@ -15,7 +15,7 @@ use super::local::Phase;
 use crate::backend::{Backend, Rows};
 use crate::dist::TensorState;
 use crate::ops::exchange::Run;
-use crate::ops::step::Route;
+use crate::ops::movement::Route;
 use crate::runtime::comm::Parts;
 use crate::spec::tensor::DType;
 use anyhow::Result;

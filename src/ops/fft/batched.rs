@@ -16,7 +16,7 @@ use crate::backend::{Backend, Rows};
 use crate::dist::Placement;
 use crate::dist::TensorState;
 use crate::ops::exchange::Run;
-use crate::ops::step::Route;
+use crate::ops::movement::Route;
 use crate::runtime::comm::Parts;
 use crate::spec::tensor::{DType, Distribution};
 use anyhow::Result;

@@ -7,7 +7,7 @@ use crate::dist::TensorState;
 use crate::init::{self, IndexMap};
 use crate::ops::Comparison;
 use crate::ops::exchange::Custom;
-use crate::ops::step::{Movement, Staged};
+use crate::ops::movement::{Movement, Staged};
 use crate::ops::sum::{self, Sum};
 use crate::spec::step::{Fft, FftDirection, FftKind, FftNorm};
 use crate::spec::tensor::Layout;

@@ -8,7 +8,7 @@
 use super::{check::inverse, middle, working_slab};
 use crate::dist::TensorState;
 use crate::ops::exchange::Side;
-use crate::ops::step::{local_bytes, staged_bytes};
+use crate::ops::movement::{local_bytes, staged_bytes};
 use crate::spec::step::{Fft, FftKind};
 use crate::spec::tensor::{Distribution, Layout};
 

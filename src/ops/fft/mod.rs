@@ -11,7 +11,7 @@ pub mod check;
 pub mod local;
 pub mod memory;
 
-use super::step::{Movement, Staged, local_bytes};
+use super::movement::{Movement, Staged, local_bytes};
 use crate::backend::Backend;
 use crate::dist::Placement;
 use crate::dist::TensorState;

@@ -16,7 +16,7 @@ use crate::backend::{Backend, Rows};
 use crate::dist::Placement;
 use crate::dist::TensorState;
 use crate::ops::exchange::{Custom, Intervals};
-use crate::ops::step::{Movement, Staged};
+use crate::ops::movement::{Movement, Staged};
 use anyhow::Result;
 use std::collections::HashMap;
 

@@ -11,7 +11,7 @@ use crate::dist::Placement;
 use crate::dist::TensorState;
 use crate::init::{self, Scalar};
 use crate::ops::Comparison;
-use crate::ops::step::regather;
+use crate::ops::movement::regather;
 use crate::ops::sum::Sum;
 use crate::spec::step::{BiasPer, Matmul};
 use crate::spec::tensor::{DType, Layout, Uniform};

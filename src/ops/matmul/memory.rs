@@ -9,7 +9,7 @@
 use super::{Reduction, Target, epilog, local, pieces_of, targets};
 use crate::dist::{Placement, TensorState};
 use crate::ops::exchange::{Holdings, Side};
-use crate::ops::step::{local_bytes, staged_bytes};
+use crate::ops::movement::{local_bytes, staged_bytes};
 use crate::plan::matmul::MatmulChoice;
 use crate::spec::step::Matmul;
 use crate::spec::tensor::{Distribution, Layout};

@@ -17,7 +17,7 @@ pub mod local;
 pub mod memory;
 
 use super::exchange::{Custom, Holdings, Side};
-use super::step::{Movement, Staged, local_bytes};
+use super::movement::{Movement, Staged, local_bytes};
 use crate::backend::{Backend, Fused, Out};
 use crate::dist::Placement;
 use crate::dist::TensorState;
@@ -143,17 +143,26 @@ pub struct PreparedMatmul<B: Backend> {
     to_out: Option<Staged<B>>,
 }
 
+/// How a matmul is prepared, beyond its plan.
+#[derive(Debug, Clone, Copy)]
+pub struct Ways {
+    /// Keep the pre-activation values of a nonlinear epilog (for the step's check).
+    pub keep_pre: bool,
+    /// Move an operand gathered whole in rounds that overlap the GEMM, where its pieces allow.
+    pub rounds: bool,
+}
+
 impl<B: Backend> PreparedMatmul<B> {
     /// Prepares a matmul from the planned choice and the operands' and result's states
     /// (`inputs` in the step's input order: a, b, c?, bias?); an operand gathered whole moves
-    /// in rounds where `rounds` is set and its pieces allow them, else in one exchange.
+    /// in rounds where `ways.rounds` is set and its pieces allow them, else in one exchange.
     pub fn new(
         b: &B,
         step: &Matmul,
         choice: &MatmulChoice,
         inputs: &[TensorState],
         out: &TensorState,
-        (keep_pre, rounds): (bool, bool),
+        Ways { keep_pre, rounds }: Ways,
     ) -> Result<Self> {
         let (ranks, rank) = (b.ranks() as u64, b.rank() as u64);
         let (sa, sb) = (&inputs[0], &inputs[1]);

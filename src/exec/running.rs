@@ -2,13 +2,13 @@
 //! its work counted (flops or bytes) and, with `check`, checked against what it should give.
 
 use super::progress::Progress;
-use super::{StepRecord, pick_pipeline, pick_via, timed};
+use super::{Chosen, StepRecord, pick_pipeline, pick_via, timed};
 use crate::backend::Backend;
 use crate::dist::TensorState;
 use crate::ops::fft::{self, PreparedFft};
-use crate::ops::matmul::{PreparedMatmul, freivalds};
+use crate::ops::matmul::{PreparedMatmul, Ways, freivalds};
+use crate::ops::movement::Prepared;
 use crate::ops::movement_check;
-use crate::ops::step::Prepared;
 use crate::plan::StepPlan;
 use crate::spec::step::{Fft, FftKind, Matmul, MatmulPipeline, Step};
 use anyhow::Result;
@@ -46,7 +46,11 @@ pub(super) fn matmul<B: Backend>(
         .expect("a planned matmul has an algorithm");
     let prepare = |rounds| {
         let states = &planned.input_states;
-        PreparedMatmul::new(b, m, choice, states, out_state, (common.check, rounds))
+        let ways = Ways {
+            keep_pre: common.check,
+            rounds,
+        };
+        PreparedMatmul::new(b, m, choice, states, out_state, ways)
     };
     let mut prepared = prepare(m.pipeline != MatmulPipeline::Whole)?;
     if prepared.in_rounds() {
@@ -60,7 +64,10 @@ pub(super) fn matmul<B: Backend>(
             true => MatmulPipeline::Rounds,
             false => MatmulPipeline::Whole,
         };
-        record.pipeline = Some((chosen, trials));
+        record.pipeline = Some(Chosen {
+            way: chosen,
+            trials,
+        });
     }
     record.times = timed(b, run.step, run.progress, || prepared.run(b, inputs))?;
     let (mm, k) = (
