@@ -282,7 +282,10 @@ pub fn staged_bytes(from: &TensorState, to: &dyn exchange::Holdings, ranks: u64,
     let landed = to.extents(rank, ranks).iter().product::<u64>() * elem;
     let elements = from.shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d));
     let exact = ranks <= EXACT_RANKS && elements.is_some_and(|n| n <= EXACT_ELEMENTS);
-    let scratch = if exact {
+    // One rank exchanges nothing: what it keeps is copied straight into place.
+    let scratch = if ranks == 1 {
+        0
+    } else if exact {
         let [send, recv] = Movement::to(from, to, ranks, rank).scratch_bytes();
         (send + recv) as u64
     } else {
