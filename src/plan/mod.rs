@@ -89,8 +89,8 @@ pub struct Plan {
     pub nvshmem_symmetric_size: Option<u64>,
     /// Bytes writing the outputs holds at most, by rank (a chunk of a tensor streaming to rank 0).
     pub write_bytes: Vec<u64>,
-    /// The most bytes a rank holds at once: live tensors, the running step's workspace and its
-    /// check's, the writing's, the GEMM library's buffers, and the heap.
+    /// The most bytes a rank holds at once: live tensors, the running step's workspace (or its
+    /// check's), the writing's, the GEMM library's buffers, and the heap.
     pub peak_bytes_per_rank: u64,
 }
 
@@ -215,8 +215,7 @@ fn place_symmetric(tensors: &mut IndexMap<String, TensorPlan>) -> u64 {
 
 /// The most bytes any rank holds off the heap at one position: its live non-symmetric tensors,
 /// with the step running there (its workspace, or its check's after it) or, at the end, the
-/// writing; from
-/// the first matmul on, the GEMM library's buffers.
+/// writing; from the first matmul on, the GEMM library's buffers.
 fn peak(plan: &Plan) -> u64 {
     let n_steps = plan.steps.len();
     let first_gemm = (plan.steps.iter()).position(|s| matches!(s.step, Step::Matmul(_)));
