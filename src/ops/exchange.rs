@@ -3,7 +3,7 @@
 //! into strided copy runs (pack into the send buffer, unpack from the receive buffer, and the
 //! rank's own part copied directly). Pure: no communication, no device.
 
-use crate::dist::Placement;
+use crate::dist::{Placement, TensorState};
 use crate::spec::tensor::{Distribution, Layout};
 
 /// A strided copy of `count` elements: element `i` goes from `src + i*src_stride` to
@@ -44,6 +44,17 @@ pub struct Side<'a> {
     pub shape: &'a [u64],
     /// Storage order of each local piece.
     pub layout: Layout,
+}
+
+impl<'a> Side<'a> {
+    /// The side a tensor in `state` is on.
+    pub fn of(state: &'a TensorState) -> Self {
+        Side {
+            dist: &state.dist,
+            shape: &state.shape,
+            layout: state.layout,
+        }
+    }
 }
 
 /// What one rank does in an exchange.

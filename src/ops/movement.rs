@@ -102,23 +102,13 @@ pub struct Movement {
 impl Movement {
     /// A movement from one state of a tensor to another.
     pub fn new(from: &TensorState, to: &TensorState, ranks: u64, rank: u64) -> Self {
-        let to = Side {
-            dist: &to.dist,
-            shape: &to.shape,
-            layout: to.layout,
-        };
-        Movement::to(from, &to, ranks, rank)
+        Movement::to(from, &Side::of(to), ranks, rank)
     }
 
     /// A movement from a tensor's state to any holdings of the same tensor.
     pub fn to(from: &TensorState, to: &dyn exchange::Holdings, ranks: u64, rank: u64) -> Self {
-        let side = Side {
-            dist: &from.dist,
-            shape: &from.shape,
-            layout: from.layout,
-        };
         let elem = from.dtype.size() as usize;
-        let ex = exchange::plan(side, to, ranks, rank);
+        let ex = exchange::plan(Side::of(from), to, ranks, rank);
         let parts = |counts: &[usize], direct: &Option<Vec<usize>>| match direct {
             Some(displs) => Parts {
                 counts: counts.to_vec(),
@@ -347,14 +337,7 @@ fn movement_workspace(
         | Step::AllGather(_)
         | Step::Gather(_)
         | Step::Scatter(_)
-        | Step::AllToAll(_) => {
-            let to = Side {
-                dist: &output.dist,
-                shape: &output.shape,
-                layout: output.layout,
-            };
-            staged_bytes(input, &to, ranks, rank) - piece(output)
-        }
+        | Step::AllToAll(_) => staged_bytes(input, &Side::of(output), ranks, rank) - piece(output),
         Step::AllReduce(_) | Step::Reduce(_) => relayout() + widened(),
         Step::Broadcast(_) => relayout(),
         // MPI's reduce_scatter reduces through a buffer of the whole input.

@@ -9,6 +9,7 @@ use super::Comparison;
 use super::exchange::{Custom, Side};
 use super::movement::{Movement, Staged, local_bytes, regather, staged_bytes};
 use crate::backend::Backend;
+use crate::dist::whole::whole_state;
 use crate::dist::{Placement, TensorState};
 use crate::init::{self, CHUNK, IndexMap, Scalar};
 use crate::spec::step::{ReduceOp, SendRecvPattern, Step};
@@ -208,17 +209,10 @@ fn terms(in_state: &TensorState, ranks: u64) -> Terms {
         layout: Layout::C,
         dist: slab.clone(),
     };
-    let stacked_shape: Vec<u64> = std::iter::once(ranks)
-        .chain(shape.iter().copied())
-        .collect();
-    let stacked = TensorState {
-        shape: stacked_shape.clone(),
-        dist: slab.clone(),
-        ..in_state.clone()
-    };
+    let stacked = whole_state(in_state, ranks);
     let placement = Placement::new(&slab, shape, ranks);
     let target = Custom {
-        shape: stacked_shape,
+        shape: stacked.shape.clone(),
         layout: Layout::C,
         pieces: (0..ranks)
             .map(|r| {
@@ -252,21 +246,10 @@ pub fn workspace<'a>(
     );
     let t = reduces.then(|| terms(input, ranks));
     move |rank| match &t {
-        None => {
-            let side = Side {
-                dist: &input.dist,
-                shape: &input.shape,
-                layout: input.layout,
-            };
-            staged_bytes(out, &side, ranks, rank)
-        }
+        None => staged_bytes(out, &Side::of(input), ranks, rank),
         Some(t) => {
-            let side = Side {
-                dist: &t.checked.dist,
-                shape: &t.checked.shape,
-                layout: t.checked.layout,
-            };
-            staged_bytes(&t.stacked, &t.target, ranks, rank) + staged_bytes(out, &side, ranks, rank)
+            staged_bytes(&t.stacked, &t.target, ranks, rank)
+                + staged_bytes(out, &Side::of(&t.checked), ranks, rank)
         }
     }
 }

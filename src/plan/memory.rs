@@ -7,7 +7,7 @@ use super::StepPlan;
 use crate::dist::TensorState;
 use crate::ops;
 use crate::ops::movement::local_bytes;
-use crate::spec::step::Step;
+use crate::spec::step::{Fft, Step};
 
 /// One step's memory beyond its inputs and result.
 #[derive(Debug, Clone, Default)]
@@ -32,24 +32,45 @@ pub fn step_memory(planned: &StepPlan, ranks: u64, puts: bool) -> StepMemory {
     let inputs = &planned.input_states;
     let check = step.common().check;
     let in_place = planned.inputs.first() == planned.outputs.first();
+    // Each rank's bytes; a check's only where the step has one.
     let per_rank = |f: &dyn Fn(u64) -> u64| (0..ranks).map(f).collect::<Vec<u64>>();
-    let (run, checked): (Vec<u64>, Vec<u64>) = match step {
+    let checked = |f: &dyn Fn(u64) -> u64| match check {
+        true => per_rank(f),
+        false => vec![0; ranks as usize],
+    };
+    let (run, checked, heap): (Vec<u64>, Vec<u64>, u64) = match step {
         Step::Matmul(m) => {
             let choice = (planned.matmul.as_ref()).expect("a planned matmul has an algorithm");
             let run = ops::matmul::memory::workspace(m, choice, inputs, out, ranks, check);
-            let checked = |r| ops::matmul::memory::check_workspace(m, inputs, out, (ranks, r));
-            (per_rank(&run), per_rank(&checked))
+            let check = |r| ops::matmul::memory::check_workspace(m, inputs, out, (ranks, r));
+            let heap = gathered_room(&inputs[0], ranks) + gathered_room(&inputs[1], ranks);
+            (per_rank(&run), checked(&check), heap)
         }
         Step::Fft(f) => {
             let run = |r| ops::fft::memory::workspace(f, &inputs[0], out, (ranks, r));
-            let checked = |r| ops::fft::memory::check_workspace(f, &inputs[0], out, (ranks, r));
-            (per_rank(&run), per_rank(&checked))
+            let check = |r| ops::fft::memory::check_workspace(f, &inputs[0], out, (ranks, r));
+            (
+                per_rank(&run),
+                checked(&check),
+                fft_room(f, &inputs[0], out, ranks),
+            )
         }
-        _ => {
+        Step::Redistribute(_)
+        | Step::AllReduce(_)
+        | Step::Reduce(_)
+        | Step::Broadcast(_)
+        | Step::AllGather(_)
+        | Step::ReduceScatter(_)
+        | Step::AllToAll(_)
+        | Step::Gather(_)
+        | Step::Scatter(_)
+        | Step::SendRecv(_) => {
             let run = ops::movement::workspace(step, &inputs[0], out, ranks);
-            let checked = ops::movement_check::workspace(step, &inputs[0], out, ranks);
-            (per_rank(&run), per_rank(&checked))
+            let check = ops::movement_check::workspace(step, &inputs[0], out, ranks);
+            // A movement puts straight into its result, a tensor on the heap already.
+            (per_rank(&run), checked(&check), 0)
         }
+        Step::Barrier(_) => return StepMemory::default(),
     };
     // An in-place step's result is a new buffer while its input still lives.
     let run = match in_place {
@@ -61,41 +82,28 @@ pub fn step_memory(planned: &StepPlan, ranks: u64, puts: bool) -> StepMemory {
     };
     StepMemory {
         run,
-        check: if check {
-            checked
-        } else {
-            vec![0; ranks as usize]
-        },
-        heap: if puts {
-            heap_room(step, inputs, out, ranks)
-        } else {
-            0
-        },
+        check: checked,
+        heap: if puts { heap } else { 0 },
     }
 }
 
-/// Symmetric-heap room for what arrives by puts in a step: the pieces a matmul gathers (at most
-/// P times each operand's largest piece: a ring round's buffer is one piece), an FFT's
-/// transposed slab (and its inverse's, which its check runs).
-fn heap_room(step: &Step, inputs: &[TensorState], out: &TensorState, ranks: u64) -> u64 {
-    let gathered = |s: &TensorState| {
-        (0..ranks)
-            .map(|r| local_bytes(s, ranks, r) as u64)
-            .max()
-            .unwrap_or(0)
-            * ranks
+/// Symmetric-heap room for an operand a matmul gathers by puts: at most P times its largest
+/// piece (a ring round's buffer is one piece).
+fn gathered_room(operand: &TensorState, ranks: u64) -> u64 {
+    let largest = (0..ranks)
+        .map(|r| local_bytes(operand, ranks, r) as u64)
+        .max();
+    largest.unwrap_or(0) * ranks
+}
+
+/// Symmetric-heap room for an FFT's transposed slab by puts (and its inverse's, which its
+/// check runs).
+fn fft_room(f: &Fft, input: &TensorState, out: &TensorState, ranks: u64) -> u64 {
+    use ops::fft::{check::inverse, symmetric_room};
+    let p = ranks as usize;
+    let back = match f.common.check {
+        true => symmetric_room(&inverse(f), out, input, p),
+        false => 0,
     };
-    match step {
-        Step::Matmul(_) => gathered(&inputs[0]) + gathered(&inputs[1]),
-        Step::Fft(f) => {
-            use ops::fft::{check::inverse, symmetric_room};
-            let p = ranks as usize;
-            let back = match f.common.check {
-                true => symmetric_room(&inverse(f), out, &inputs[0], p),
-                false => 0,
-            };
-            (symmetric_room(f, &inputs[0], out, p) + back) as u64
-        }
-        _ => 0,
-    }
+    (symmetric_room(f, input, out, p) + back) as u64
 }

@@ -20,14 +20,8 @@ pub fn workspace(
     (ranks, rank): (u64, u64),
 ) -> u64 {
     let piece = |s: &TensorState| local_bytes(s, ranks, rank) as u64;
-    let staged = |from: &TensorState, to: &TensorState| {
-        let side = Side {
-            dist: &to.dist,
-            shape: &to.shape,
-            layout: to.layout,
-        };
-        staged_bytes(from, &side, ranks, rank)
-    };
+    let staged =
+        |from: &TensorState, to: &TensorState| staged_bytes(from, &Side::of(to), ranks, rank);
     let s0 = working_slab(step.kind, input.shape.len(), &input.dist);
     let middle = middle(step, input, out, s0);
     let work_in = TensorState {

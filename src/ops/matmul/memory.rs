@@ -6,13 +6,15 @@
 //! land on the symmetric heap, which the plan counts apart); the GEMM library's own buffers
 //! apart ([`LIBRARY_BYTES`]).
 
-use super::{Reduction, Target, epilog, local, pieces_of, targets};
+use super::{
+    Reduction, Target, addend_pieces, bias_target, epilog, local, moves_result, natural_state,
+    targets, writes_directly,
+};
 use crate::dist::{Placement, TensorState};
 use crate::ops::exchange::{Holdings, Side};
 use crate::ops::movement::{local_bytes, staged_bytes};
 use crate::plan::matmul::MatmulChoice;
 use crate::spec::step::Matmul;
-use crate::spec::tensor::{Distribution, Layout};
 
 /// The GEMM library's own buffers, which it keeps from its first GEMM to the end of the run:
 /// faer's packing buffers on the CPU (measured: 64 MiB whatever the sizes), cuBLASLt's 32 MiB
@@ -31,19 +33,11 @@ pub fn workspace<'a>(
 ) -> impl Fn(u64) -> u64 + 'a {
     let (sa, sb) = (&inputs[0], &inputs[1]);
     let (target_a, target_b, reduction) = targets(step, choice, (sa, sb), out, ranks);
-    let natural = TensorState {
-        dist: choice.natural.clone(),
-        layout: Layout::C,
-        ..out.clone()
-    };
-    let c_pieces = step
-        .c
-        .as_ref()
-        .map(|_| pieces_of(&natural, ranks, Layout::C));
-    let bias_to = match choice.natural {
-        Distribution::Partial => Distribution::Root(0),
-        _ => Distribution::Replicated,
-    };
+    let direct = writes_directly(step, &reduction, false);
+    let natural = natural_state(&choice.natural, out, direct);
+    let c_pieces = step.c.as_ref().map(|_| addend_pieces(&natural, ranks));
+    let bias_to = bias_target(&choice.natural);
+    let moves = moves_result(&natural, out);
     move |rank| {
         let operand = |state: &TensorState, target: &Target| moved(state, target, (ranks, rank));
         let (moved_a, [ra, ca]) = operand(sa, &target_a);
@@ -53,10 +47,6 @@ pub fn workspace<'a>(
         let csize = local::compute_dtype(sa.dtype).size();
         let natural_piece = local_bytes(&natural, ranks, rank) as u64;
         let natural_elems = natural_piece / out.dtype.size();
-        let direct = matches!(reduction, Reduction::None)
-            && step.c.is_none()
-            && step.bias.is_none()
-            && step.epilog.is_none();
         let acc = if direct { 0 } else { m_loc * n_loc * csize };
         let reduced = match reduction {
             Reduction::None => 0,
@@ -67,20 +57,23 @@ pub fn workspace<'a>(
             _ => 0,
         };
         let bias = match inputs.last().filter(|_| step.bias.is_some()) {
-            Some(sbias) => staged_bytes(sbias, &side(&bias_to, sbias), ranks, rank),
+            Some(sbias) => {
+                let to = Side {
+                    dist: &bias_to,
+                    ..Side::of(sbias)
+                };
+                staged_bytes(sbias, &to, ranks, rank)
+            }
             None => 0,
         };
-        let to_out = if choice.natural == out.dist && out.layout == Layout::C {
-            0
-        } else {
-            staged_bytes(&natural, &side(&out.dist, out), ranks, rank)
-                - local_bytes(out, ranks, rank) as u64
-        };
         // The result where the algorithm leaves it is the result itself when nothing moves it.
-        let natural_buf = if to_out == 0 && choice.natural == out.dist {
-            0
-        } else {
-            natural_piece
+        let (natural_buf, to_out) = match moves {
+            false => (0, 0),
+            true => {
+                let landed = local_bytes(out, ranks, rank) as u64;
+                let staged = staged_bytes(&natural, &Side::of(out), ranks, rank);
+                (natural_piece, staged - landed)
+            }
         };
         let pre = if check && epilog::nonlinear(step.epilog) {
             natural_elems * csize
@@ -88,15 +81,6 @@ pub fn workspace<'a>(
             0
         };
         moved_a + moved_b + acc + reduced + c + bias + to_out + natural_buf + pre
-    }
-}
-
-/// The holdings of a tensor shaped like `state` in `dist`, in `state`'s layout.
-fn side<'a>(dist: &'a Distribution, state: &'a TensorState) -> Side<'a> {
-    Side {
-        dist,
-        shape: &state.shape,
-        layout: state.layout,
     }
 }
 
@@ -109,9 +93,12 @@ fn moved(state: &TensorState, target: &Target, (ranks, rank): (u64, u64)) -> (u6
         [e[0], e.get(1).copied().unwrap_or(1)]
     };
     match target {
-        Target::Dist(d) if *d == state.dist => (0, extent(&side(&state.dist, state))),
+        Target::Dist(d) if *d == state.dist => (0, extent(&Side::of(state))),
         Target::Dist(d) => {
-            let to = side(d, state);
+            let to = Side {
+                dist: d,
+                ..Side::of(state)
+            };
             (staged_bytes(state, &to, ranks, rank), extent(&to))
         }
         Target::Pieces(custom) => (staged_bytes(state, custom, ranks, rank), extent(custom)),

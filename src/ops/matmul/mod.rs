@@ -52,8 +52,7 @@ impl<B: Backend> Operand<B> {
             Target::Dist(dist) => {
                 let side = Side {
                     dist: &dist,
-                    shape: &state.shape,
-                    layout: state.layout,
+                    ..Side::of(state)
                 };
                 let m = Movement::to(state, &side, ranks, rank);
                 (Some(m), side.intervals(rank, ranks))
@@ -246,56 +245,34 @@ impl<B: Backend> PreparedMatmul<B> {
                 keep_pre,
             )
             .is_some_and(|e| b.fuses(sa.dtype, e));
-        let direct = matches!(reduction, Reduction::None)
-            && step.c.is_none()
-            && (fused || (step.bias.is_none() && step.epilog.is_none()));
+        let direct = writes_directly(step, &reduction, fused);
         let acc = b.zeros(if direct { 0 } else { m_loc * n_loc * csize })?;
-        // A GEMM that writes the result itself writes it in the result's layout (an F result
-        // is the row-major product of the transposed operands); otherwise row-major.
-        let natural_state = TensorState {
-            dist: natural.clone(),
-            layout: if direct { out.layout } else { Layout::C },
-            ..out.clone()
-        };
+        let natural_state = natural_state(&natural, out, direct);
         let reduced = match &reduction {
             Reduction::None => b.zeros(0)?,
             _ => b.zeros(rows.len() * cols * csize)?,
         };
         let c = match (&step.c, inputs.get(2)) {
             (Some(_), Some(sc)) => {
-                let mut pieces = pieces_of(&natural_state, ranks, Layout::C);
-                if partial {
-                    pieces.pieces.iter_mut().skip(1).for_each(|p| *p = None);
-                }
+                let pieces = addend_pieces(&natural_state, ranks);
                 Some(Operand::new(b, sc, Target::Pieces(pieces), false, false)?)
             }
             _ => None,
         };
         let bias = match (&step.bias, inputs.last()) {
             (Some(_), Some(sbias)) => {
-                let to = match partial {
-                    true => Distribution::Root(0),
-                    false => Distribution::Replicated,
-                };
+                let to = bias_target(&natural);
                 Some(Operand::new(b, sbias, Target::Dist(to), false, false)?)
             }
             _ => None,
         };
         let natural_buf = b.zeros(local_bytes(&natural_state, ranks, rank))?;
-        let to_out = if natural == out.dist && out.layout == natural_state.layout {
-            None
-        } else {
-            let m = Movement::to(
-                &natural_state,
-                &Side {
-                    dist: &out.dist,
-                    shape: &out.shape,
-                    layout: out.layout,
-                },
-                ranks,
-                rank,
-            );
-            Some(Staged::new(b, m, local_bytes(out, ranks, rank))?)
+        let to_out = match moves_result(&natural_state, out) {
+            false => None,
+            true => {
+                let m = Movement::new(&natural_state, out, ranks, rank);
+                Some(Staged::new(b, m, local_bytes(out, ranks, rank))?)
+            }
         };
         Ok(PreparedMatmul {
             step: step.clone(),
@@ -638,6 +615,48 @@ fn targets(
             Target::Dist(Distribution::Replicated),
             Reduction::None,
         ),
+    }
+}
+
+/// Whether the GEMM writes the result itself: no reduction, addend or activation follows (or
+/// the activation and bias are `fused` into it).
+fn writes_directly(step: &Matmul, reduction: &Reduction, fused: bool) -> bool {
+    matches!(reduction, Reduction::None)
+        && step.c.is_none()
+        && (fused || (step.bias.is_none() && step.epilog.is_none()))
+}
+
+/// The result where the algorithm leaves it (in `natural`): a GEMM that writes it itself writes
+/// it in the result's layout (an F result is the row-major product of the transposed operands),
+/// otherwise row-major.
+fn natural_state(natural: &Distribution, out: &TensorState, direct: bool) -> TensorState {
+    TensorState {
+        dist: natural.clone(),
+        layout: if direct { out.layout } else { Layout::C },
+        ..out.clone()
+    }
+}
+
+/// Where the addend `c` goes: beside the result where the algorithm leaves it (row-major); for
+/// a partial result, to rank 0 alone (the ranks' pieces add up to the result).
+fn addend_pieces(natural: &TensorState, ranks: u64) -> Custom {
+    let mut pieces = pieces_of(natural, ranks, Layout::C);
+    if natural.dist == Distribution::Partial {
+        pieces.pieces.iter_mut().skip(1).for_each(|p| *p = None);
+    }
+    pieces
+}
+
+/// Whether the result moves from where the algorithm leaves it (another distribution or layout).
+fn moves_result(natural: &TensorState, out: &TensorState) -> bool {
+    natural.dist != out.dist || natural.layout != out.layout
+}
+
+/// Where the bias goes: to every rank, or for a partial result to rank 0 alone.
+fn bias_target(natural: &Distribution) -> Distribution {
+    match natural {
+        Distribution::Partial => Distribution::Root(0),
+        _ => Distribution::Replicated,
     }
 }
 
