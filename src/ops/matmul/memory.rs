@@ -7,14 +7,15 @@
 //! apart ([`LIBRARY_BYTES`]).
 
 use super::{
-    Reduction, Target, addend_pieces, bias_target, epilog, local, moves_result, natural_state,
-    targets, writes_directly,
+    Reduction, Target, bias_target, epilog, local, moves_result, natural_state, targets,
+    writes_directly,
 };
 use crate::dist::{Placement, TensorState};
 use crate::ops::exchange::{Holdings, Side};
 use crate::ops::movement::{local_bytes, staged_bytes};
 use crate::plan::matmul::MatmulChoice;
-use crate::spec::step::Matmul;
+use crate::spec::step::{Matmul, MatmulAlgorithm};
+use crate::spec::tensor::{Distribution, Layout};
 
 /// The GEMM library's own buffers, which it keeps from its first GEMM to the end of the run:
 /// faer's packing buffers on the CPU (measured: 64 MiB whatever the sizes), cuBLASLt's 32 MiB
@@ -32,16 +33,30 @@ pub fn workspace<'a>(
     check: bool,
 ) -> impl Fn(u64) -> u64 + 'a {
     let (sa, sb) = (&inputs[0], &inputs[1]);
-    let (target_a, target_b, reduction) = targets(step, choice, (sa, sb), out, ranks);
+    // SUMMA's panels are sized from each rank's piece: listing them (every block of a
+    // block-cyclic operand, on every rank) is the preparation's work, not the plan's.
+    let (targets, reduction) = match choice.algorithm {
+        MatmulAlgorithm::Summa => (None, Reduction::None),
+        _ => {
+            let (a, b, reduction) = targets(step, choice, (sa, sb), out, ranks);
+            (Some((a, b)), reduction)
+        }
+    };
     let direct = writes_directly(step, &reduction, false);
     let natural = natural_state(&choice.natural, out, direct);
-    let c_pieces = step.c.as_ref().map(|_| addend_pieces(&natural, ranks));
+    // The addend lands beside the product, row-major (a partial result's on rank 0 alone: see
+    // `addend_pieces`).
+    let addend_dist = match natural.dist {
+        Distribution::Partial => Distribution::Root(0),
+        ref d => d.clone(),
+    };
     let bias_to = bias_target(&choice.natural);
     let moves = moves_result(&natural, out);
     move |rank| {
-        let operand = |state: &TensorState, target: &Target| moved(state, target, (ranks, rank));
-        let (moved_a, [ra, ca]) = operand(sa, &target_a);
-        let (moved_b, [rb, cb]) = operand(sb, &target_b);
+        let ((moved_a, [ra, ca]), (moved_b, [rb, cb])) = match &targets {
+            Some((ta, tb)) => (moved(sa, ta, (ranks, rank)), moved(sb, tb, (ranks, rank))),
+            None => (panel(sa, 0, (ranks, rank)), panel(sb, 1, (ranks, rank))),
+        };
         let m_loc = if step.transpose_a { ca } else { ra };
         let n_loc = if step.transpose_b { rb } else { cb };
         let csize = local::compute_dtype(sa.dtype).size();
@@ -52,9 +67,16 @@ pub fn workspace<'a>(
             Reduction::None => 0,
             _ => natural_elems * csize,
         };
-        let c = match (inputs.get(2), &c_pieces) {
-            (Some(sc), Some(pieces)) => staged_bytes(sc, pieces, ranks, rank),
-            _ => 0,
+        let c = match inputs.get(2).filter(|_| step.c.is_some()) {
+            Some(sc) => {
+                let to = Side {
+                    dist: &addend_dist,
+                    shape: &natural.shape,
+                    layout: Layout::C,
+                };
+                staged_bytes(sc, &to, ranks, rank)
+            }
+            None => 0,
         };
         let bias = match inputs.last().filter(|_| step.bias.is_some()) {
             Some(sbias) => {
@@ -82,6 +104,17 @@ pub fn workspace<'a>(
         };
         moved_a + moved_b + acc + reduced + c + bias + to_out + natural_buf + pre
     }
+}
+
+/// A SUMMA operand's panel on `rank` (its piece's rows of a, `keep` 0, or columns of b, `keep`
+/// 1, each whole along the other axis): the movement's bytes at their largest (the piece sent,
+/// the panel received and landed), and the panel's extent along each storage axis.
+fn panel(state: &TensorState, keep: usize, (ranks, rank): (u64, u64)) -> (u64, [u64; 2]) {
+    let mut extent = Side::of(state).extents(rank, ranks);
+    extent[1 - keep] = state.shape[1 - keep];
+    let bytes = extent.iter().product::<u64>() * state.dtype.size();
+    let piece = local_bytes(state, ranks, rank) as u64;
+    (piece + 2 * bytes, [extent[0], extent[1]])
 }
 
 /// An operand moved to `target` on `rank`: the movement's bytes (scratch and landed piece; none
