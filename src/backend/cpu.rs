@@ -1,8 +1,8 @@
 //! The CPU backend: host buffers, copies in parallel with rayon, communication through MPI (or
 //! nothing, for one rank).
 
-use super::{Backend, Out, Rows, advise_huge_pages};
-use crate::ops::exchange::Run;
+use super::work::{Addends, Bias, Phase, Run, View};
+use super::{Backend, Out, Puts, Rows, advise_huge_pages};
 use crate::ops::fft::local as fft;
 use crate::ops::matmul::{epilog, local};
 use crate::runtime::comm::{Comm, Elem, Op, Parts};
@@ -153,9 +153,41 @@ impl Cpu<'_> {
     }
 }
 
+/// The CPU has no puts: no value of this type exists, so none of its methods can be called.
+pub enum NoPuts {}
+
+impl Puts for NoPuts {
+    type Buf = Vec<u8>;
+
+    fn symmetric(&self, _: usize) -> Result<Vec<u8>> {
+        match *self {}
+    }
+
+    fn symmetric_part(&self, _: &Vec<u8>, _: usize, _: usize, _: usize) -> Result<Vec<u8>> {
+        match *self {}
+    }
+
+    fn put(&self, _: (&Vec<u8>, usize), _: (&Vec<u8>, usize), _: Rows, _: usize) -> Result<()> {
+        match *self {}
+    }
+
+    fn put_barrier(&self) -> Result<()> {
+        match *self {}
+    }
+
+    fn signal(&self, _: &Vec<u8>, _: usize, _: u32, _: usize) -> Result<()> {
+        match *self {}
+    }
+
+    fn wait_signal(&self, _: &Vec<u8>, _: usize, _: u32) -> Result<()> {
+        match *self {}
+    }
+}
+
 impl Backend for Cpu<'_> {
     type Buf = Vec<u8>;
     type Mark = ();
+    type Puts = NoPuts;
 
     fn rank(&self) -> usize {
         self.comm.rank()
@@ -227,8 +259,8 @@ impl Backend for Cpu<'_> {
     fn gemm(
         &self,
         dtype: DType,
-        a: (&Vec<u8>, local::View),
-        b: (&Vec<u8>, local::View),
+        a: (&Vec<u8>, View),
+        b: (&Vec<u8>, View),
         alpha: (f64, f64),
         out: Out<'_, Vec<u8>>,
     ) -> Result<()> {
@@ -268,7 +300,7 @@ impl Backend for Cpu<'_> {
         };
         local::gemm(compute, (&wa, a.1), (&wb, b.1), alpha, &mut acc, whole);
         let mut rounded = vec![0u8; m * n * size];
-        let add = epilog::Addends {
+        let add = Addends {
             c: out.accumulate.then_some((1.0, held.as_slice())),
             bias: None,
         };
@@ -284,15 +316,15 @@ impl Backend for Cpu<'_> {
         dtype: DType,
         acc: &Vec<u8>,
         cols: usize,
-        add: &epilog::Addends<'_, Vec<u8>>,
+        add: &Addends<'_, Vec<u8>>,
         act: Option<Epilog>,
         out: &mut Vec<u8>,
         pre: Option<&mut Vec<u8>>,
     ) -> Result<()> {
         let compute = local::compute_dtype(dtype);
-        let add = epilog::Addends {
+        let add = Addends {
             c: add.c.map(|(beta, c)| (beta, c.as_slice())),
-            bias: add.bias.as_ref().map(|b| epilog::Bias {
+            bias: add.bias.as_ref().map(|b| Bias {
                 vector: b.vector.as_slice(),
                 index: b.index,
                 per: b.per,
@@ -308,7 +340,7 @@ impl Backend for Cpu<'_> {
     fn fft(
         &self,
         precision: DType,
-        phase: &fft::Phase,
+        phase: &Phase,
         (input, at_in): (&Vec<u8>, usize),
         (output, at_out): (&mut Vec<u8>, usize),
     ) -> Result<()> {
@@ -396,28 +428,8 @@ impl Backend for Cpu<'_> {
         Ok(())
     }
 
-    fn symmetric(&self, _: usize) -> Result<Option<Vec<u8>>> {
-        Ok(None)
-    }
-
-    fn symmetric_part(&self, _: &Vec<u8>, _: usize, _: usize, _: usize) -> Result<Vec<u8>> {
-        anyhow::bail!("the CPU backend has no symmetric buffers")
-    }
-
-    fn put(&self, _: (&Vec<u8>, usize), _: (&Vec<u8>, usize), _: Rows, _: usize) -> Result<()> {
-        anyhow::bail!("the CPU backend has no symmetric buffers to put into")
-    }
-
-    fn put_barrier(&self) -> Result<()> {
-        anyhow::bail!("the CPU backend has no symmetric buffers to put into")
-    }
-
-    fn signal(&self, _flags: &Vec<u8>, _at: usize, _value: u32, _peer: usize) -> Result<()> {
-        anyhow::bail!("the CPU backend has no symmetric buffers to signal into")
-    }
-
-    fn wait_signal(&self, _flags: &Vec<u8>, _at: usize, _value: u32) -> Result<()> {
-        anyhow::bail!("the CPU backend has no symmetric buffers to signal into")
+    fn puts(&self) -> Option<&NoPuts> {
+        None
     }
 
     fn barrier(&self) -> Result<()> {

@@ -3,18 +3,16 @@
 
 pub mod cpu;
 pub mod cuda;
+pub mod work;
 
 use crate::init::{Generator, IndexMap};
-use crate::ops::exchange::Run;
-use crate::ops::fft::local::Phase;
-use crate::ops::matmul::epilog::Addends;
-use crate::ops::matmul::local::View;
 use crate::runtime::comm::Parts;
 use crate::spec::model::Device;
 use crate::spec::step::{Epilog, ReduceOp};
 use crate::spec::tensor::DType;
 use anyhow::Result;
 use std::borrow::Cow;
+use work::{Addends, Phase, Run, View};
 
 /// The bytes a [`Backend::put`] moves: `height` rows of `width` bytes, `src_pitch` bytes apart
 /// in the source and `dst_pitch` apart in the destination.
@@ -61,6 +59,8 @@ pub trait Backend {
     type Buf;
     /// The end of a stretch of communication queued by [`Backend::side`].
     type Mark;
+    /// Its puts, where it has them (see [`Backend::puts`]).
+    type Puts: Puts<Buf = Self::Buf>;
 
     /// This rank.
     fn rank(&self) -> usize;
@@ -177,11 +177,36 @@ pub trait Backend {
     fn side(&self, comm: &mut dyn FnMut() -> Result<()>) -> Result<Self::Mark>;
     /// Makes the work queued next wait for a [`Backend::side`] stretch to finish.
     fn wait(&self, mark: &Self::Mark) -> Result<()>;
-    /// A zeroed buffer of `bytes` that other ranks write into with [`Backend::put`] (NVSHMEM's
-    /// symmetric heap on the GPU; collective, the same size on every rank), or None where puts
-    /// are not available (the CPU, no `nvshmem` in the spec's backends, or GPUs that do not map
-    /// each other's memory, as across nodes: NCCL moves everything there).
-    fn symmetric(&self, bytes: usize) -> Result<Option<Self::Buf>>;
+    /// The backend's puts into other ranks' memory, where this run has them: NVSHMEM's
+    /// symmetric heap on GPUs that map each other's memory, with `nvshmem` in the spec's
+    /// backends. None elsewhere (the CPU, no `nvshmem`, GPUs across nodes): NCCL or MPI moves
+    /// everything there.
+    fn puts(&self) -> Option<&Self::Puts>;
+    /// Waits for every rank.
+    fn barrier(&self) -> Result<()>;
+    /// Waits for the device to finish queued work.
+    fn synchronize(&self) -> Result<()>;
+    /// Brings the ranks into step just before a timed run (after a barrier): on the GPU a tiny
+    /// NCCL all-reduce on the stream, so that no rank's timing starts while a peer's GPU lags.
+    fn align(&self) -> Result<()>;
+    /// Seconds `run` takes on the device: wall time on the CPU, CUDA events around the queued
+    /// work on the GPU (launch gaps excluded, as nccl-tests and cupy time it).
+    fn time(&self, run: &mut dyn FnMut() -> Result<()>) -> Result<f64>;
+    /// The largest `x` over the ranks (host values: timings, errors).
+    fn max_over_ranks(&self, x: f64) -> Result<f64>;
+    /// Every rank's host bytes, by rank (metadata: names, messages).
+    fn all_gather_bytes(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>>;
+}
+
+/// Writes into other ranks' memory, where a backend can: buffers on a symmetric heap, puts into
+/// a peer's, barriers that wait for them, and signals (NVSHMEM on the GPU).
+pub trait Puts {
+    /// The backend's buffer.
+    type Buf;
+
+    /// A zeroed buffer of `bytes` that other ranks write into with [`Puts::put`] (on NVSHMEM's
+    /// symmetric heap; collective, the same size on every rank).
+    fn symmetric(&self, bytes: usize) -> Result<Self::Buf>;
     /// The `reserved` bytes of the symmetric buffer `buf` from byte `offset` (the same on every
     /// rank: puts may fill them all) as a symmetric buffer of its own, of which this rank's
     /// piece is the first `bytes` (the same memory, not a copy: a planned tensor on the heap).
@@ -202,31 +227,24 @@ pub trait Backend {
         rows: Rows,
         peer: usize,
     ) -> Result<()>;
-    /// Queued where it is called (the main queue, or inside a `side` stretch): work after it
+    /// Queued where it is called (the main queue, or inside a [`Backend::side`] stretch): work after it
     /// waits for every rank to get here, with every put queued before it delivered.
     fn put_barrier(&self) -> Result<()>;
     /// Queues a signal to rank `peer`: the u32 at byte `at` of the symmetric `flags` there
     /// becomes `value` once everything queued before it on the current queue is done, puts
-    /// included. Unlike [`Backend::put_barrier`] it needs no SM, so a GEMM holding them all on
+    /// included. Unlike [`Puts::put_barrier`] it needs no SM, so a GEMM holding them all on
     /// either side does not delay it.
     fn signal(&self, flags: &Self::Buf, at: usize, value: u32, peer: usize) -> Result<()>;
     /// Makes the main queue wait until the u32 at byte `at` of this rank's symmetric `flags` is
-    /// at least `value` (see [`Backend::signal`]).
+    /// at least `value` (see [`Puts::signal`]).
     fn wait_signal(&self, flags: &Self::Buf, at: usize, value: u32) -> Result<()>;
-    /// Waits for every rank.
-    fn barrier(&self) -> Result<()>;
-    /// Waits for the device to finish queued work.
-    fn synchronize(&self) -> Result<()>;
-    /// Brings the ranks into step just before a timed run (after a barrier): on the GPU a tiny
-    /// NCCL all-reduce on the stream, so that no rank's timing starts while a peer's GPU lags.
-    fn align(&self) -> Result<()>;
-    /// Seconds `run` takes on the device: wall time on the CPU, CUDA events around the queued
-    /// work on the GPU (launch gaps excluded, as nccl-tests and cupy time it).
-    fn time(&self, run: &mut dyn FnMut() -> Result<()>) -> Result<f64>;
-    /// The largest `x` over the ranks (host values: timings, errors).
-    fn max_over_ranks(&self, x: f64) -> Result<f64>;
-    /// Every rank's host bytes, by rank (metadata: names, messages).
-    fn all_gather_bytes(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>>;
+}
+
+/// The backend's puts, for work prepared with them: a symmetric buffer, which such work holds,
+/// exists only where the backend has puts.
+pub fn puts_of<B: Backend>(b: &B) -> &B::Puts {
+    b.puts()
+        .expect("work prepared with symmetric buffers runs where the backend has puts")
 }
 
 /// Where a GEMM writes: a block of a row-major matrix.

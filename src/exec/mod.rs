@@ -1,23 +1,24 @@
-//! The step loop: initialize the tensors, run every step (warm-up, then timed iterations whose
-//! time is the slowest rank's; each kind of step in `running.rs`), check results, and hand what ran
-//! to the writer.
+//! The step loop: initialize the tensors, run every step (each op's own run, over the
+//! [`StepRun`] in `running.rs` that times its iterations, the slowest rank's time), and hand what
+//! ran to the writer.
 
 pub mod memory;
 mod progress;
 mod running;
 mod write;
 
-use crate::backend::Backend;
+pub use running::StepRun;
+
 use crate::backend::cpu::Cpu;
 use crate::backend::cuda::{self, Cuda};
+use crate::backend::{Backend, Puts};
 use crate::dist::TensorState;
 use crate::ops::Comparison;
-use crate::ops::matmul::PreparedMatmul;
+use crate::ops::matmul::MatmulPipeline;
 use crate::plan::Plan;
 use crate::runtime::Context;
 use crate::spec::Loaded;
 use crate::spec::model::{CommBackend, Device};
-use crate::spec::step::{MatmulPipeline, Step};
 use anyhow::{Result, bail};
 use progress::Progress;
 use std::collections::HashMap;
@@ -187,12 +188,7 @@ pub fn check_output(plan: &Plan, ctx: &Context, opts: &Options) -> Result<()> {
 fn gpu_libs(loaded: &Loaded) -> Vec<cuda::probe::Lib> {
     use cuda::probe::Lib;
     let mut libs = vec![Lib::Driver, Lib::Nvrtc, Lib::Nccl];
-    for step in &loaded.spec.steps {
-        let lib = match step {
-            Step::Matmul(_) => Lib::Cublas,
-            Step::Fft(_) => Lib::Cufft,
-            _ => continue,
-        };
+    for lib in loaded.spec.steps.iter().filter_map(|s| s.as_op().library()) {
         if !libs.contains(&lib) {
             libs.push(lib);
         }
@@ -264,72 +260,44 @@ fn execute<B: Backend>(
     // offset (where puts can reach them; elsewhere they are ordinary buffers); initialized ones
     // move there once generated. The heap's memory stays to the end of the run (the GPU backend
     // never frees symmetric buffers alone), so the views outlive this handle safely.
-    let arena = if plan.tensors.values().any(|t| t.symmetric.is_some()) {
-        let bytes = plan.symmetric_tensor_bytes as usize;
-        setup(b, progress, &format!("heap buffer, {bytes} bytes"), || {
-            b.symmetric(bytes)
-        })?
-    } else {
-        None
+    let arena = match b.puts() {
+        Some(puts) if plan.tensors.values().any(|t| t.symmetric.is_some()) => {
+            let bytes = plan.symmetric_tensor_bytes as usize;
+            let what = format!("heap buffer, {bytes} bytes");
+            let buf = setup(b, progress, &what, || puts.symmetric(bytes))?;
+            Some((puts, buf))
+        }
+        _ => None,
     };
     for (name, t) in plan.tensors.iter().filter(|_| arena.is_some()) {
         if let Some((state, buf)) = tensors.remove(name) {
-            let place = heap_place(b, arena.as_ref(), t, b.len(&buf))?;
+            let place = heap_place::<B>(arena.as_ref(), t, b.len(&buf))?;
             tensors.insert(name.clone(), (state, settle(b, place, buf)?));
         }
     }
     let mut records = Vec::new();
     panic_if_asked(rank);
     for (i, planned) in plan.steps.iter().enumerate() {
-        let step = &planned.step;
-        let common = step.common();
+        let common = planned.step.common();
         progress.start_step(i, &planned.name, common.warmup + common.iterations);
-        let mut record = StepRecord {
-            name: planned.name.clone(),
-            op: step.op(),
-            warmup: common.warmup,
-            times: Vec::new(),
-            bandwidth: None,
-            flops: None,
-            check: None,
-            via: None,
-            pipeline: None,
-        };
-        if let Step::Barrier(_) = step {
-            record.times = timed(b, step, progress, || b.barrier())?;
-            progress.end_step(&record);
-            records.push(record);
-            continue;
-        }
-        let Some(out_state) = planned.output_state.clone() else {
-            bail!("{} steps do not run yet", step.op());
+        // The result's place on the heap, where it is a symmetric tensor.
+        let result = planned.outputs.first().zip(planned.output_state.as_ref());
+        let dest = match result {
+            Some((name, state)) => {
+                let bytes = crate::ops::movement::local_bytes(state, ranks, rank);
+                heap_place::<B>(arena.as_ref(), &plan.tensors[name], bytes)?
+            }
+            None => None,
         };
         let inputs: Vec<&B::Buf> = planned.inputs.iter().map(|n| &tensors[n].1).collect();
-        let out_name = &planned.outputs[0];
-        let out_bytes = crate::ops::movement::local_bytes(&out_state, ranks, rank);
-        let mut place = heap_place(b, arena.as_ref(), &plan.tensors[out_name], out_bytes)?;
-        let run = running::Run {
-            b,
-            index: i,
-            step,
-            planned,
-            inputs,
-            out_state: &out_state,
-            progress,
-        };
-        let out = match step {
-            Step::Matmul(m) => running::matmul(&run, m, spec.job.seed, &mut record)?,
-            Step::Fft(f) => running::fft(&run, f, &mut record)?,
-            _ => {
-                // A movement writes straight into its symmetric result (unless in place).
-                let in_place = planned.inputs[0] == *out_name;
-                let dest = if in_place { None } else { place.take() };
-                running::movement(&run, dest, &mut record)?
-            }
-        };
+        let mut run = StepRun::new(b, (i, planned), inputs, dest, spec.job.seed, progress);
+        let out = planned.step.run(&mut run)?;
+        let (record, place) = run.finish();
         progress.end_step(&record);
         records.push(record);
-        tensors.insert(out_name.clone(), (out_state, settle(b, place, out)?));
+        if let (Some(out), Some((name, state))) = (out, result) {
+            tensors.insert(name.clone(), (state.clone(), settle(b, place, out)?));
+        }
     }
     Ok(Outcome {
         steps: records,
@@ -350,7 +318,7 @@ fn once<B: Backend>(b: &B, run: &mut dyn FnMut() -> Result<()>) -> Result<f64> {
 
 /// The choice between NCCL and NVSHMEM for a step whose data puts can move (a movement into a
 /// symmetric result, an FFT's transpose), by `trials`.
-fn pick_via<B: Backend, P>(
+pub(crate) fn pick_via<B: Backend, P>(
     b: &B,
     prepared: &mut P,
     set: impl Fn(&mut P, CommBackend),
@@ -369,18 +337,6 @@ fn pick_via<B: Backend, P>(
     })
 }
 
-/// The choice between a matmul in rounds and the same matmul gathering in one exchange
-/// (`ways`, in that order), by `trials`; returns the kept one and both trial times.
-fn pick_pipeline<B: Backend>(
-    b: &B,
-    mut ways: [PreparedMatmul<B>; 2],
-    inputs: &[&B::Buf],
-) -> Result<(PreparedMatmul<B>, [f64; 2])> {
-    let times = trials(b, &mut |i| ways[i].run(b, inputs))?;
-    let [rounds, whole] = ways;
-    Ok((if times[0] <= times[1] { rounds } else { whole }, times))
-}
-
 /// Runs of each way in a trial.
 const TRIAL_RUNS: usize = 3;
 
@@ -388,7 +344,10 @@ const TRIAL_RUNS: usize = 3;
 /// runs `TRIAL_RUNS` times, the two in turn, so both meet the GPUs alike warm (a long GEMM
 /// lowers the clocks of the runs after it); a way's time is the median of its runs' slowest
 /// rank's times, which ignores its first run's warm-up and the luck of one fast run.
-fn trials<B: Backend>(b: &B, run: &mut dyn FnMut(usize) -> Result<()>) -> Result<[f64; 2]> {
+pub(crate) fn trials<B: Backend>(
+    b: &B,
+    run: &mut dyn FnMut(usize) -> Result<()>,
+) -> Result<[f64; 2]> {
     let mut times = [Vec::new(), Vec::new()];
     for _ in 0..TRIAL_RUNS {
         for (i, t) in times.iter_mut().enumerate() {
@@ -421,18 +380,15 @@ fn setup<B: Backend, T>(
 /// A symmetric tensor's place on the heap: `bytes` at its planned offset in `arena` (None for
 /// other tensors, or where no heap runs).
 fn heap_place<B: Backend>(
-    b: &B,
-    arena: Option<&B::Buf>,
+    arena: Option<&(&B::Puts, B::Buf)>,
     tensor: &crate::plan::TensorPlan,
     bytes: usize,
 ) -> Result<Option<B::Buf>> {
     match (arena, tensor.symmetric) {
-        (Some(arena), Some((offset, reserved))) => Ok(Some(b.symmetric_part(
-            arena,
-            offset as usize,
-            reserved as usize,
-            bytes,
-        )?)),
+        (Some((puts, arena)), Some((offset, reserved))) => {
+            let (offset, reserved) = (offset as usize, reserved as usize);
+            Ok(Some(puts.symmetric_part(arena, offset, reserved, bytes)?))
+        }
         _ => Ok(None),
     }
 }
@@ -442,41 +398,9 @@ fn settle<B: Backend>(b: &B, place: Option<B::Buf>, buf: B::Buf) -> Result<B::Bu
     let Some(mut place) = place else {
         return Ok(buf);
     };
-    let all = crate::ops::exchange::Run::contiguous(0, 0, b.len(&buf));
+    let all = crate::backend::work::Run::contiguous(0, 0, b.len(&buf));
     b.copy_runs(&buf, &mut place, &[all], 1)?;
     Ok(place)
-}
-
-/// Runs a step's warm-up and timed iterations; each time is the slowest rank's.
-fn timed<B: Backend>(
-    b: &B,
-    step: &Step,
-    progress: &Progress,
-    mut run: impl FnMut() -> Result<()>,
-) -> Result<Vec<f64>> {
-    let common = step.common();
-    if common.timing == crate::spec::step::Timing::Queued {
-        for _ in 0..common.warmup {
-            run()?;
-        }
-        b.barrier()?;
-        b.align()?;
-        let n = common.iterations;
-        let t = b.time(&mut || (0..n).try_for_each(|_| run()))?;
-        b.synchronize()?;
-        let t = b.max_over_ranks(t)? / f64::from(n);
-        progress.iteration(common.warmup, t);
-        return Ok(vec![t; n as usize]);
-    }
-    let mut times = Vec::with_capacity(common.iterations as usize);
-    for k in 0..common.warmup + common.iterations {
-        let t = once(b, &mut run)?;
-        if k >= common.warmup {
-            times.push(t);
-        }
-        progress.iteration(k, t);
-    }
-    Ok(times)
 }
 
 /// Testing hook: `DISTRUN_PANIC_RANK=r` makes rank r panic before its first step, so that the

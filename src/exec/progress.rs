@@ -2,7 +2,7 @@
 //! otherwise, nothing with `-q`.
 
 use super::{Chosen, StepRecord};
-use crate::spec::step::MatmulPipeline;
+use crate::ops::matmul::MatmulPipeline;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::cell::RefCell;
 use std::io::IsTerminal;

@@ -3,37 +3,9 @@
 //! into strided copy runs (pack into the send buffer, unpack from the receive buffer, and the
 //! rank's own part copied directly). Pure: no communication, no device.
 
+use crate::backend::work::Run;
 use crate::dist::{Placement, TensorState};
 use crate::spec::tensor::{Distribution, Layout};
-
-/// A strided copy of `count` elements: element `i` goes from `src + i*src_stride` to
-/// `dst + i*dst_stride` (in elements).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Run {
-    /// First source element.
-    pub src: usize,
-    /// First destination element.
-    pub dst: usize,
-    /// Elements to copy.
-    pub count: usize,
-    /// Source step between elements.
-    pub src_stride: usize,
-    /// Destination step between elements.
-    pub dst_stride: usize,
-}
-
-impl Run {
-    /// `count` consecutive elements from `src` to `dst`.
-    pub fn contiguous(src: usize, dst: usize, count: usize) -> Self {
-        Run {
-            src,
-            dst,
-            count,
-            src_stride: 1,
-            dst_stride: 1,
-        }
-    }
-}
 
 /// One side of an exchange: a tensor's distribution and layout over its global shape.
 #[derive(Debug, Clone, Copy)]

@@ -1,11 +1,104 @@
-//! Operations written once over the backend: data movement (exchange plans), collectives, matmul, fft.
+//! The ops, each in its own module (its spec struct, meaning check, memory, run and check,
+//! joined by the [`Op`] trait), registered in one table below; and what they share, written
+//! once over the backend: exchange plans and movements, the collectives' machinery, the checks'
+//! sums.
 
+pub mod collective;
 pub mod exchange;
-pub mod fft;
-pub mod matmul;
 pub mod movement;
 pub mod movement_check;
+mod op;
 pub mod sum;
+
+pub use op::Op;
+
+use crate::backend::Backend;
+use crate::exec::StepRun;
+use anyhow::Result;
+
+/// Declares every op's module and joins their spec structs into [`Step`], each variant's tag the
+/// module's name; [`Step`]'s methods hand each call to the op.
+macro_rules! ops {
+    ($( $(#[$doc:meta])* $module:ident :: $op:ident, )*) => {
+        $( pub mod $module; )*
+
+        /// One `[[steps]]` entry; `op` selects the operation.
+        #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+        #[serde(tag = "op", rename_all = "snake_case")]
+        pub enum Step {
+            $( $(#[$doc])* $op($module::$op), )*
+        }
+
+        impl Step {
+            /// The op's name as written in specs.
+            pub fn op(&self) -> &'static str {
+                match self {
+                    $( Step::$op(_) => stringify!($module), )*
+                }
+            }
+
+            /// The op itself.
+            pub fn as_op(&self) -> &dyn Op {
+                match self {
+                    $( Step::$op(s) => s, )*
+                }
+            }
+
+            /// Runs the step (see [`Op::run`]).
+            pub fn run<B: Backend>(&self, run: &mut StepRun<'_, B>) -> Result<Option<B::Buf>> {
+                match self {
+                    $( Step::$op(s) => s.run(run), )*
+                }
+            }
+        }
+    };
+}
+
+ops! {
+    /// `out = epilog(alpha * op(a) @ op(b) + beta * c)` over any distributions and layouts.
+    matmul::Matmul,
+    /// 2-D or 3-D distributed FFT over all axes.
+    fft::Fft,
+    /// Moves a tensor to another distribution (and layout).
+    redistribute::Redistribute,
+    /// partial -> replicated, combining with `reduce`.
+    all_reduce::AllReduce,
+    /// partial -> root, combining with `reduce`.
+    reduce::Reduce,
+    /// root -> replicated.
+    broadcast::Broadcast,
+    /// slab -> replicated.
+    all_gather::AllGather,
+    /// partial -> slab along `axis`, combining with `reduce`.
+    reduce_scatter::ReduceScatter,
+    /// Shape `[P, P, ...]`: slab 0 -> slab 1.
+    all_to_all::AllToAll,
+    /// slab -> root.
+    gather::Gather,
+    /// root -> slab along `axis`.
+    scatter::Scatter,
+    /// Shape `[P, ...]`, slab 0 -> slab 0, rows moved between ranks by `pattern` or `pairs`.
+    send_recv::SendRecv,
+    /// All ranks wait for each other.
+    barrier::Barrier,
+}
+
+impl Step {
+    /// The keys every step takes.
+    pub fn common(&self) -> &crate::spec::step::StepCommon {
+        self.as_op().common()
+    }
+
+    /// The tensors the step reads, with the key that names each.
+    pub fn inputs(&self) -> Vec<(&'static str, &str)> {
+        self.as_op().inputs()
+    }
+
+    /// The tensor the step writes and the key that names it (`input` for an in-place step).
+    pub fn output(&self) -> Option<(&'static str, &str)> {
+        self.as_op().output()
+    }
+}
 
 /// The outcome of a step's check: of comparing a result with its expected values (data
 /// movement), or of an op's own test (Freivalds' for matmul, round trip and Parseval for fft).
@@ -15,4 +108,12 @@ pub struct Comparison {
     pub passed: bool,
     /// Largest error: absolute for exact ops, relative to the values' size for float ones.
     pub max_error: f64,
+}
+
+/// `out` where the step names one, else `input` (an in-place step): the key and tensor it writes.
+pub fn out_or_input<'a>(out: &'a Option<String>, input: &'a str) -> (&'static str, &'a str) {
+    match out {
+        Some(o) => ("out", o),
+        None => ("input", input),
+    }
 }

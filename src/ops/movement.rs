@@ -1,15 +1,15 @@
-//! Data-movement steps (redistribute and the collectives) prepared once and run many times over a
-//! backend: plans and scratch buffers are made before the timed iterations.
+//! Movements of a tensor's pieces from one distribution or layout to another over a backend,
+//! planned once and run many times (the data-movement ops, a matmul's operands, an FFT's
+//! transposes, the checks), and the memory they take.
 
 use super::exchange::{self, Exchange, Side};
-use crate::backend::{Backend, Rows};
+use crate::backend::work::Run;
+use crate::backend::{Backend, Puts, Rows, puts_of};
 use crate::dist::Placement;
 use crate::dist::TensorState;
 use crate::runtime::comm::Parts;
 use crate::spec::model::CommBackend;
-use crate::spec::step::{ReduceOp, SendRecvPattern, Step};
-use crate::spec::tensor::{DType, Distribution};
-use anyhow::{Result, bail};
+use anyhow::Result;
 
 /// Bytes of `rank`'s piece of a tensor in a state.
 pub fn local_bytes(state: &TensorState, ranks: u64, rank: u64) -> usize {
@@ -18,33 +18,6 @@ pub fn local_bytes(state: &TensorState, ranks: u64, rank: u64) -> usize {
         .map_or(0, |s| {
             s.iter().product::<u64>() as usize * state.dtype.size() as usize
         })
-}
-
-/// A reduce_scatter's packing (every rank's block, in rank order, from the input's layout) and
-/// each rank's block's elements (its slab, which may differ by a row from its neighbours').
-pub fn reduce_scatter_blocks(
-    input: &TensorState,
-    output: &TensorState,
-    ranks: u64,
-) -> (Vec<exchange::Run>, Vec<usize>) {
-    let to = Side {
-        dist: &output.dist,
-        shape: &output.shape,
-        layout: output.layout,
-    };
-    let elem = output.dtype.size() as usize;
-    let counts = (0..ranks)
-        .map(|r| local_bytes(output, ranks, r) / elem)
-        .collect();
-    (exchange::blocks(input.layout, to, ranks), counts)
-}
-
-/// Whether `runs` take all `n` elements in place, in order (splitting along the slowest axis of
-/// the layout): then nothing needs packing.
-pub fn in_rank_order(runs: &[exchange::Run], n: usize) -> bool {
-    runs.iter()
-        .all(|r| r.src == r.dst && (r.count <= 1 || (r.src_stride == 1 && r.dst_stride == 1)))
-        && runs.iter().map(|r| r.count).sum::<usize>() == n
 }
 
 /// Where rank `me`'s part for each rank lands in that rank's result, from every rank's
@@ -209,7 +182,8 @@ impl Movement {
     ) -> Result<()> {
         let (ex, elem) = (&self.ex, self.elem);
         let (ranks, me) = (b.ranks(), b.rank());
-        b.put_barrier()?;
+        let puts = puts_of(b);
+        puts.put_barrier()?;
         let source = if ex.direct_send.is_some() {
             src
         } else {
@@ -219,20 +193,21 @@ impl Movement {
         for q in (1..ranks).map(|k| (me + k) % ranks) {
             let bytes = self.to.counts[q] * elem;
             let put = ((source, self.to.displs[q] * elem), (&*out, at[q] * elem));
-            b.put(put.0, put.1, Rows::flat(bytes), q)?;
+            puts.put(put.0, put.1, Rows::flat(bytes), q)?;
         }
         // The own part: as the exchange would have carried it, or by its local runs.
         if self.own_in_exchange {
-            let own = exchange::Run::contiguous(
-                self.to.displs[me],
-                self.from.displs[me],
-                self.to.counts[me],
-            );
+            let own = Run::contiguous(self.to.displs[me], self.from.displs[me], self.to.counts[me]);
             b.copy_runs(source, out, &[own], elem)?;
         } else {
             b.copy_runs(src, out, &ex.local, elem)?;
         }
-        b.put_barrier()
+        puts.put_barrier()
+    }
+
+    /// Bytes this rank sends to others per run.
+    pub fn sent_bytes(&self) -> usize {
+        self.ex.sent() * self.elem
     }
 
     /// Bytes of the scratch send and receive buffers this movement needs (none where a peer's
@@ -284,78 +259,6 @@ pub fn staged_bytes(from: &TensorState, to: &dyn exchange::Holdings, ranks: u64,
     scratch + landed
 }
 
-/// Bytes a prepared movement step holds on a rank beyond its input and result (by rank: what
-/// every rank shares is worked out once): the exchange's scratch, a reduce_scatter's packed
-/// blocks, a send_recv's staged rows, the result in the input's layout before a change of layout.
-pub fn workspace<'a>(
-    step: &'a Step,
-    input: &'a TensorState,
-    output: &'a TensorState,
-    ranks: u64,
-) -> impl Fn(u64) -> u64 + 'a {
-    // A reduce_scatter packs every rank's block (the whole input) unless it holds them in order.
-    let packed = match step {
-        Step::ReduceScatter(_) => {
-            let (runs, counts) = reduce_scatter_blocks(input, output, ranks);
-            let elem = input.dtype.size() as usize;
-            match in_rank_order(&runs, local_bytes(input, ranks, 0) / elem) {
-                true => 0,
-                false => (counts.iter().sum::<usize>() * elem) as u64,
-            }
-        }
-        _ => 0,
-    };
-    move |rank| movement_workspace(step, input, output, (ranks, rank), packed)
-}
-
-fn movement_workspace(
-    step: &Step,
-    input: &TensorState,
-    output: &TensorState,
-    (ranks, rank): (u64, u64),
-    packed: u64,
-) -> u64 {
-    let piece = |s: &TensorState| local_bytes(s, ranks, rank) as u64;
-    let relayout = || {
-        let same = TensorState {
-            layout: input.layout,
-            ..output.clone()
-        };
-        if input.layout == output.layout {
-            0
-        } else {
-            piece(&same)
-        }
-    };
-    // The CPU reduces half types in f32: both sides widened.
-    let widened = || match input.dtype {
-        DType::F16 | DType::Bf16 => 2 * (piece(input) + piece(output)),
-        _ => 0,
-    };
-    match step {
-        Step::Redistribute(_)
-        | Step::AllGather(_)
-        | Step::Gather(_)
-        | Step::Scatter(_)
-        | Step::AllToAll(_) => staged_bytes(input, &Side::of(output), ranks, rank) - piece(output),
-        Step::AllReduce(_) | Step::Reduce(_) => relayout() + widened(),
-        Step::Broadcast(_) => relayout(),
-        // MPI's reduce_scatter reduces through a buffer of the whole input.
-        Step::ReduceScatter(_) => packed + piece(input) + widened(),
-        Step::SendRecv(s) => {
-            let sends = match &s.pairs {
-                Some(pairs) => pairs
-                    .iter()
-                    .filter(|[a, b]| u64::from(*a) == rank && a != b)
-                    .count(),
-                None => usize::from(ranks > 1),
-            };
-            sends as u64 * piece(input) + relayout()
-        }
-        Step::Barrier(_) | Step::Matmul(_) | Step::Fft(_) => 0,
-    }
-}
-
 /// A movement with its scratch buffers and its destination.
 pub struct Staged<B: Backend> {
     movement: Movement,
@@ -382,247 +285,6 @@ impl<B: Backend> Staged<B> {
         self.movement
             .run(b, src, &mut self.send, &mut self.recv, &mut self.out)?;
         Ok(&self.out)
-    }
-}
-
-enum Kernel {
-    /// An exchange (redistribute, all_gather, gather, scatter, all_to_all).
-    Move(Box<Movement>),
-    AllReduce(ReduceOp),
-    Reduce(ReduceOp, usize),
-    /// The send buffer packing (rank q's block after those of the ranks before it; None where
-    /// the input holds the blocks in that order already), then the reduction of blocks of
-    /// `counts[q]` elements.
-    ReduceScatter {
-        runs: Option<Vec<exchange::Run>>,
-        counts: Vec<usize>,
-        op: ReduceOp,
-    },
-    Broadcast(usize),
-    /// Element counts to send to and receive from each rank; `keep` copies the rank's own row.
-    SendRecv {
-        send: Vec<usize>,
-        recv: Vec<usize>,
-        keep: bool,
-    },
-    Barrier,
-}
-
-/// A step ready to run: its plan, scratch buffers and output buffer.
-pub struct Prepared<B: Backend> {
-    kernel: Kernel,
-    dtype: crate::spec::tensor::DType,
-    scratch: Vec<B::Buf>,
-    out: B::Buf,
-    /// A local change of layout applied after the kernel, when the output's layout differs.
-    relayout: Option<(Movement, B::Buf)>,
-    /// Bytes this rank sends to others per run (for bus bandwidth).
-    pub sent_bytes: usize,
-    /// For a movement into a symmetric result: where this rank's part for each peer lands in
-    /// the peer's result (elements).
-    puts: Option<Vec<usize>>,
-    /// How a movement travels.
-    route: Route,
-}
-
-impl<B: Backend> Prepared<B> {
-    /// Prepares a data-movement step from its input's state to its output's, its result in
-    /// `dest` where given (a symmetric tensor's place on the heap: a movement may then go by
-    /// puts; collective where it is given).
-    pub fn new(
-        b: &B,
-        step: &Step,
-        input: &TensorState,
-        output: &TensorState,
-        dest: Option<B::Buf>,
-    ) -> Result<Self> {
-        let (ranks, rank) = (b.ranks() as u64, b.rank() as u64);
-        let elem = input.dtype.size() as usize;
-        let out_bytes = local_bytes(output, ranks, rank);
-        // Kernels that leave the input's layout; a relayout follows when the output wants another.
-        let same_layout = TensorState {
-            layout: input.layout,
-            ..output.clone()
-        };
-        let relayout = || {
-            (input.layout != output.layout)
-                .then(|| Movement::new(&same_layout, output, ranks, rank))
-        };
-        let (mut scratch, mut puts) = (Vec::new(), None);
-        let (kernel, relayout) = match step {
-            Step::Redistribute(_)
-            | Step::AllGather(_)
-            | Step::Gather(_)
-            | Step::Scatter(_)
-            | Step::AllToAll(_) => {
-                let m = Movement::new(input, output, ranks, rank);
-                if dest.is_some() {
-                    puts = m.puts(b)?;
-                }
-                let (send, recv) = m.buffers(b)?;
-                scratch.extend([send, recv]);
-                (Kernel::Move(Box::new(m)), None)
-            }
-            Step::AllReduce(s) => (Kernel::AllReduce(s.reduce), relayout()),
-            Step::Reduce(s) => (Kernel::Reduce(s.reduce, s.root as usize), relayout()),
-            Step::Broadcast(_) => {
-                let Distribution::Root(root) = input.dist else {
-                    bail!("broadcast of a tensor no root holds");
-                };
-                (Kernel::Broadcast(root as usize), relayout())
-            }
-            Step::ReduceScatter(s) => {
-                let (runs, counts) = reduce_scatter_blocks(input, output, ranks);
-                let packs = !in_rank_order(&runs, local_bytes(input, ranks, rank) / elem);
-                if packs {
-                    scratch.push(b.zeros(counts.iter().sum::<usize>() * elem)?);
-                }
-                (
-                    Kernel::ReduceScatter {
-                        runs: packs.then_some(runs),
-                        counts,
-                        op: s.reduce,
-                    },
-                    None,
-                )
-            }
-            Step::SendRecv(s) => {
-                let row = out_bytes / elem;
-                let p = ranks as usize;
-                let me = rank as usize;
-                let pairs: Vec<(usize, usize)> = match &s.pairs {
-                    Some(pairs) => pairs
-                        .iter()
-                        .map(|[a, b]| (*a as usize, *b as usize))
-                        .collect(),
-                    None => match s.pattern {
-                        SendRecvPattern::Ring => (0..p).map(|r| (r, (r + 1) % p)).collect(),
-                    },
-                };
-                let mut send = vec![0; p];
-                let mut recv = vec![0; p];
-                let mut keep = false;
-                for &(src, dst) in &pairs {
-                    if src == me && dst == me {
-                        keep = true;
-                    } else if src == me {
-                        send[dst] = row;
-                    } else if dst == me {
-                        recv[src] = row;
-                    }
-                }
-                let sends = send.iter().filter(|&&c| c > 0).count();
-                scratch.extend([b.zeros(sends * row * elem)?]);
-                (Kernel::SendRecv { send, recv, keep }, relayout())
-            }
-            Step::Barrier(_) => (Kernel::Barrier, None),
-            Step::Matmul(_) | Step::Fft(_) => bail!("{} is not a data-movement step", step.op()),
-        };
-        let sent_bytes = match &kernel {
-            Kernel::Move(m) => m.ex.sent() * elem,
-            Kernel::SendRecv { send, .. } => send.iter().sum::<usize>() * elem,
-            _ => 0,
-        };
-        let kernel_out = match (&kernel, &relayout) {
-            (Kernel::Barrier, _) => 0,
-            (_, Some(_)) => local_bytes(&same_layout, ranks, rank),
-            _ => out_bytes,
-        };
-        // The result lands in `dest` where one is given.
-        let mut dest = dest;
-        let relayout = match relayout {
-            Some(m) => Some((m, dest.take().map_or_else(|| b.zeros(out_bytes), Ok)?)),
-            None => None,
-        };
-        Ok(Prepared {
-            kernel,
-            dtype: input.dtype,
-            scratch,
-            out: dest.map_or_else(|| b.zeros(kernel_out), Ok)?,
-            relayout,
-            sent_bytes,
-            route: Route::new(puts.is_some()),
-            puts,
-        })
-    }
-
-    /// Whether puts can move this step (see [`Prepared::set_via`]).
-    pub fn can_put(&self) -> bool {
-        self.route.can_put()
-    }
-
-    /// Moves the step's data by NCCL's exchange or, where [`Prepared::can_put`], by NVSHMEM
-    /// puts.
-    pub fn set_via(&mut self, via: CommBackend) {
-        self.route.set(via);
-    }
-
-    /// Runs the step once on `input`.
-    pub fn run(&mut self, b: &B, input: &B::Buf) -> Result<()> {
-        let dtype = self.dtype;
-        let elem = dtype.size() as usize;
-        match &self.kernel {
-            Kernel::Move(m) => {
-                let [send, recv] = &mut self.scratch[..] else {
-                    unreachable!("a movement has two scratch buffers")
-                };
-                match &self.puts {
-                    Some(at) if self.route.puts() => {
-                        m.run_puts(b, input, send, &mut self.out, at)?
-                    }
-                    _ => m.run(b, input, send, recv, &mut self.out)?,
-                }
-            }
-            Kernel::AllReduce(op) => b.all_reduce(input, &mut self.out, dtype, *op)?,
-            Kernel::Reduce(op, root) => b.reduce(input, &mut self.out, dtype, *op, *root)?,
-            Kernel::ReduceScatter { runs, counts, op } => match runs {
-                None => b.reduce_scatter(input, &mut self.out, counts, dtype, *op)?,
-                Some(runs) => {
-                    let send = &mut self.scratch[0];
-                    b.copy_runs(input, send, runs, elem)?;
-                    b.reduce_scatter(send, &mut self.out, counts, dtype, *op)?;
-                }
-            },
-            Kernel::Broadcast(root) => b.broadcast(Some(input), &mut self.out, *root)?,
-            Kernel::SendRecv { send, recv, keep } => {
-                let row = send.iter().chain(recv).copied().max().unwrap_or(0);
-                let staged = &mut self.scratch[0];
-                let copies: Vec<exchange::Run> = (0..send.iter().filter(|&&c| c > 0).count())
-                    .map(|k| exchange::Run::contiguous(0, k * row, row))
-                    .collect();
-                b.copy_runs(input, staged, &copies, elem)?;
-                b.all_to_all_v(
-                    staged,
-                    &Parts::packed(send),
-                    &mut self.out,
-                    &Parts::packed(recv),
-                    elem,
-                )?;
-                if *keep {
-                    let n = b.len(input) / elem;
-                    b.copy_runs(
-                        input,
-                        &mut self.out,
-                        &[exchange::Run::contiguous(0, 0, n)],
-                        elem,
-                    )?;
-                }
-            }
-            Kernel::Barrier => b.barrier()?,
-        }
-        if let Some((m, out)) = &mut self.relayout {
-            let mut none = (b.zeros(0)?, b.zeros(0)?);
-            m.run(b, &self.out, &mut none.0, &mut none.1, out)?;
-        }
-        Ok(())
-    }
-
-    /// The output of the last run.
-    pub fn into_output(self) -> B::Buf {
-        match self.relayout {
-            Some((_, out)) => out,
-            None => self.out,
-        }
     }
 }
 

@@ -12,7 +12,7 @@ use crate::backend::Backend;
 use crate::dist::whole::whole_state;
 use crate::dist::{Placement, TensorState};
 use crate::init::{self, CHUNK, IndexMap, Scalar};
-use crate::spec::step::{ReduceOp, SendRecvPattern, Step};
+use crate::spec::step::ReduceOp;
 use crate::spec::tensor::{DType, Distribution, Layout};
 use anyhow::Result;
 use rayon::prelude::*;
@@ -70,32 +70,13 @@ fn all_ranks<B: Backend>(b: &B, ok: bool) -> Result<bool> {
     Ok(b.max_over_ranks(if ok { 0.0 } else { 1.0 })? == 0.0)
 }
 
-/// For send_recv: the source row of every destination row (None: nobody sends it; zeros).
-fn sources(step: &Step, ranks: usize) -> Option<Vec<Option<u64>>> {
-    let Step::SendRecv(s) = step else {
-        return None;
-    };
-    let mut rows = vec![None; ranks];
-    match &s.pairs {
-        Some(pairs) => pairs
-            .iter()
-            .for_each(|[src, dst]| rows[*dst as usize] = Some(u64::from(*src))),
-        None => match s.pattern {
-            SendRecvPattern::Ring => {
-                (0..ranks).for_each(|r| rows[(r + 1) % ranks] = Some(r as u64))
-            }
-        },
-    }
-    Some(rows)
-}
-
 /// Checks a move (redistribute, all_gather, gather, scatter, broadcast, all_to_all, send_recv):
 /// the result must hold exactly the input's elements at their global indices (send_recv: row
-/// `dst` the input's row `src` for each pair, zeros where nobody sends). A replicated result is
+/// `dst` the input's row `rows[dst]`, zeros where that is None). A replicated result is
 /// checked on every rank's copy.
 pub fn moved<B: Backend>(
     b: &B,
-    step: &Step,
+    rows: Option<&[Option<u64>]>,
     input: (&TensorState, &B::Buf),
     out: (&TensorState, &B::Buf),
 ) -> Result<Comparison> {
@@ -109,7 +90,7 @@ pub fn moved<B: Backend>(
     {
         let bytes = b.download(input.1)?;
         let whole = |g: u64| Some(g);
-        expected = match sources(step, ranks as usize) {
+        expected = match rows {
             None => fingerprint(&map, dtype, &bytes, &whole),
             Some(rows) => {
                 // Row r (this rank's, shape [P, ...] in slabs of one row) lands in every row that
@@ -126,7 +107,7 @@ pub fn moved<B: Backend>(
             }
         };
     }
-    if let Some(rows) = sources(step, ranks as usize)
+    if let Some(rows) = rows
         && rows[rank as usize].is_none()
         && let Some(map) = IndexMap::new(out_state, ranks, rank)
     {
@@ -154,7 +135,7 @@ pub fn moved<B: Backend>(
         });
     }
     // Failed: how far off, for the report (a send_recv's rows are not where its input's are).
-    let max_error = match sources(step, ranks as usize) {
+    let max_error = match rows {
         Some(_) => f64::INFINITY,
         None => b.max_over_ranks(largest_difference(b, input, out)?)?,
     };
@@ -230,20 +211,16 @@ fn terms(in_state: &TensorState, ranks: u64) -> Terms {
     }
 }
 
-/// The bytes a step's check holds on a rank beyond its input and result (by rank): for a
+/// The bytes a check holds on a rank beyond its input and result (by rank): for a
 /// reduction every rank's terms of its slab and the result's slab, each moved there (with the
 /// exchanges' scratch); for a move, the result moved back to the input's distribution, which only
 /// a failed check takes to report its largest difference.
 pub fn workspace<'a>(
-    step: &Step,
+    reduces: bool,
     input: &'a TensorState,
     out: &'a TensorState,
     ranks: u64,
 ) -> impl Fn(u64) -> u64 + 'a {
-    let reduces = matches!(
-        step,
-        Step::AllReduce(_) | Step::Reduce(_) | Step::ReduceScatter(_)
-    );
     let t = reduces.then(|| terms(input, ranks));
     move |rank| match &t {
         None => staged_bytes(out, &Side::of(input), ranks, rank),

@@ -1,13 +1,10 @@
-//! What each step holds beside its tensors, for every rank (each op's own accounting, in its
-//! module: `ops::movement`, `ops::matmul::memory`, `ops::fft::memory`, `ops::movement_check`), what
+//! What each step holds beside its tensors, for every rank (each op's own accounting, its
+//! [`Op::needs`](crate::ops::Op::needs), beside its code), what
 //! writing the outputs holds, and the symmetric heap NVSHMEM is given: the plan's peak is the
 //! most any rank holds at one point, all of these counted.
 
 use super::StepPlan;
-use crate::dist::TensorState;
-use crate::ops;
 use crate::ops::movement::local_bytes;
-use crate::spec::step::{Fft, Step};
 
 /// One step's memory beyond its inputs and result.
 #[derive(Debug, Clone, Default)]
@@ -23,87 +20,45 @@ pub struct StepMemory {
     pub heap: u64,
 }
 
-/// The memory of a step as planned (nothing for a step without a result).
-pub fn step_memory(planned: &StepPlan, ranks: u64, puts: bool) -> StepMemory {
-    let step = &planned.step;
-    let Some(out) = &planned.output_state else {
-        return StepMemory::default();
-    };
-    let inputs = &planned.input_states;
-    let check = step.common().check;
-    let in_place = planned.inputs.first() == planned.outputs.first();
-    // Each rank's bytes; a check's only where the step has one.
-    let per_rank = |f: &dyn Fn(u64) -> u64| (0..ranks).map(f).collect::<Vec<u64>>();
-    let checked = |f: &dyn Fn(u64) -> u64| match check {
-        true => per_rank(f),
-        false => vec![0; ranks as usize],
-    };
-    let (run, checked, heap): (Vec<u64>, Vec<u64>, u64) = match step {
-        Step::Matmul(m) => {
-            let choice = (planned.matmul.as_ref()).expect("a planned matmul has an algorithm");
-            let run = ops::matmul::memory::workspace(m, choice, inputs, out, ranks, check);
-            let check = |r| ops::matmul::memory::check_workspace(m, inputs, out, (ranks, r));
-            let heap = gathered_room(&inputs[0], ranks) + gathered_room(&inputs[1], ranks);
-            (per_rank(&run), checked(&check), heap)
+/// An op's own accounting of a step (see [`crate::ops::Op::needs`]).
+pub struct Needs<'a> {
+    /// Bytes the prepared step holds while it runs, by rank.
+    pub run: Box<dyn Fn(u64) -> u64 + 'a>,
+    /// Bytes its check holds, by rank (where the step has one).
+    pub check: Box<dyn Fn(u64) -> u64 + 'a>,
+    /// Room on the symmetric heap for what puts move in the step.
+    pub heap: u64,
+}
+
+impl Needs<'_> {
+    /// Nothing beside the step's tensors.
+    pub fn none() -> Self {
+        Needs {
+            run: Box::new(|_| 0),
+            check: Box::new(|_| 0),
+            heap: 0,
         }
-        Step::Fft(f) => {
-            let run = |r| ops::fft::memory::workspace(f, &inputs[0], out, (ranks, r));
-            let check = |r| ops::fft::memory::check_workspace(f, &inputs[0], out, (ranks, r));
-            (
-                per_rank(&run),
-                checked(&check),
-                fft_room(f, &inputs[0], out, ranks),
-            )
-        }
-        Step::Redistribute(_)
-        | Step::AllReduce(_)
-        | Step::Reduce(_)
-        | Step::Broadcast(_)
-        | Step::AllGather(_)
-        | Step::ReduceScatter(_)
-        | Step::AllToAll(_)
-        | Step::Gather(_)
-        | Step::Scatter(_)
-        | Step::SendRecv(_) => {
-            let run = ops::movement::workspace(step, &inputs[0], out, ranks);
-            let check = ops::movement_check::workspace(step, &inputs[0], out, ranks);
-            // A movement puts straight into its result, a tensor on the heap already.
-            (per_rank(&run), checked(&check), 0)
-        }
-        Step::Barrier(_) => return StepMemory::default(),
-    };
-    // An in-place step's result is a new buffer while its input still lives.
-    let run = match in_place {
-        true => (0..ranks)
-            .zip(run)
-            .map(|(r, b)| b + local_bytes(out, ranks, r) as u64)
-            .collect(),
-        false => run,
-    };
-    StepMemory {
-        run,
-        check: checked,
-        heap: if puts { heap } else { 0 },
     }
 }
 
-/// Symmetric-heap room for an operand a matmul gathers by puts: at most P times its largest
-/// piece (a ring round's buffer is one piece).
-fn gathered_room(operand: &TensorState, ranks: u64) -> u64 {
-    let largest = (0..ranks)
-        .map(|r| local_bytes(operand, ranks, r) as u64)
-        .max();
-    largest.unwrap_or(0) * ranks
-}
-
-/// Symmetric-heap room for an FFT's transposed slab by puts (and its inverse's, which its
-/// check runs).
-fn fft_room(f: &Fft, input: &TensorState, out: &TensorState, ranks: u64) -> u64 {
-    use ops::fft::{check::inverse, symmetric_room};
-    let p = ranks as usize;
-    let back = match f.common.check {
-        true => symmetric_room(&inverse(f), out, input, p),
+/// The memory of a step as planned (nothing for a step without a result): its op's [`Needs`],
+/// an in-place step's new result, the heap's room only where puts run (`puts`).
+pub fn step_memory(planned: &StepPlan, ranks: u64, puts: bool) -> StepMemory {
+    let Some(out) = &planned.output_state else {
+        return StepMemory::default();
+    };
+    let needs = planned.step.as_op().needs(planned, out, ranks);
+    let checked = planned.step.common().check;
+    let in_place = planned.inputs.first() == planned.outputs.first();
+    let new_result = |r| match in_place {
+        true => local_bytes(out, ranks, r) as u64,
         false => 0,
     };
-    (symmetric_room(f, input, out, p) + back) as u64
+    StepMemory {
+        run: (0..ranks).map(|r| (needs.run)(r) + new_result(r)).collect(),
+        check: (0..ranks)
+            .map(|r| if checked { (needs.check)(r) } else { 0 })
+            .collect(),
+        heap: if puts { needs.heap } else { 0 },
+    }
 }

@@ -2,7 +2,6 @@
 //! algorithm choices), with no device, no MPI and nothing written.
 
 pub mod heap;
-pub mod matmul;
 pub mod memory;
 mod report;
 pub mod resolve;
@@ -11,10 +10,10 @@ pub use report::{human_bytes, resolved_dist};
 pub use resolve::{Resolved, resolve};
 
 use crate::dist::{Placement, TensorState};
+use crate::ops::Step;
 use crate::spec::Loaded;
 use crate::spec::diag::Diagnostic;
 use crate::spec::model::CommBackend;
-use crate::spec::step::Step;
 use indexmap::IndexMap;
 
 /// One tensor, resolved for N ranks.
@@ -57,7 +56,7 @@ pub struct StepPlan {
     /// The state of the result, as stored.
     pub output_state: Option<TensorState>,
     /// The matmul algorithm chosen and what it moves.
-    pub matmul: Option<matmul::MatmulChoice>,
+    pub matmul: Option<crate::ops::matmul::MatmulChoice>,
     /// What it holds beside its tensors (filled in by [`plan`]).
     pub memory: memory::StepMemory,
 }

@@ -1,7 +1,7 @@
 //! The top of a spec: job, runtime, tensors, steps, output.
 
-use super::step::Step;
 use super::tensor::{Distribution, TensorSpec};
+use crate::ops::Step;
 use indexmap::IndexMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

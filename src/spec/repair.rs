@@ -7,7 +7,7 @@
 //! and are left out.
 
 use super::diag::{Diagnostic, KeyPath, Seg};
-use super::step::Step;
+use crate::ops::Step;
 use serde_json::{Map, Value};
 use std::collections::HashSet;
 

@@ -6,9 +6,9 @@
 //! `out^T = op(b)^T op(a)^T`, which is `out` in row-major order.
 
 use super::{Cuda, DevBuf, launch_config, lt, probe};
+use crate::backend::work::Addends;
+use crate::backend::work::View;
 use crate::backend::{Backend, Out};
-use crate::ops::matmul::epilog::Addends;
-use crate::ops::matmul::local::View;
 use crate::spec::step::{BiasPer, Epilog};
 use crate::spec::tensor::{DType, Layout};
 use anyhow::{Result, anyhow};

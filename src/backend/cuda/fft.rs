@@ -5,7 +5,7 @@
 
 use super::{Cuda, DevBuf, launch_config};
 use crate::backend::Backend;
-use crate::ops::fft::local::{AxisOp, Phase};
+use crate::backend::work::{AxisOp, Phase};
 use crate::spec::tensor::DType;
 use anyhow::{Result, anyhow};
 use cudarc::cufft::{result as cufft, sys};

@@ -12,11 +12,11 @@ mod lt;
 pub mod nvshmem;
 pub mod probe;
 
-use super::{Backend, Out, Rows};
-use crate::ops::exchange::Run;
-use crate::ops::fft::local::Phase;
-use crate::ops::matmul::epilog::Addends;
-use crate::ops::matmul::local::View;
+use super::{Backend, Out, Puts, Rows};
+use crate::backend::work::Addends;
+use crate::backend::work::Phase;
+use crate::backend::work::Run;
+use crate::backend::work::View;
 use crate::runtime::comm::{Comm, Parts};
 use crate::spec::model::DeviceMap;
 use crate::spec::step::{Epilog, ReduceOp};
@@ -515,9 +515,104 @@ impl Cuda<'_> {
     }
 }
 
+/// NVSHMEM's symmetric heap, puts and signals (see [`Backend::puts`]: only where NVSHMEM runs
+/// and the GPUs map each other's memory).
+impl Puts for Cuda<'_> {
+    type Buf = DevBuf;
+
+    fn symmetric(&self, bytes: usize) -> Result<Self::Buf> {
+        let Some(nv) = self.nvshmem.as_ref().filter(|nv| nv.peers_mapped()) else {
+            bail!("symmetric buffers need NVSHMEM on GPUs that map each other's memory");
+        };
+        let sym = nv.alloc(bytes)?;
+        // SAFETY: `bytes` (at least one) of device memory on this GPU, kept alive by `sym`;
+        // DevBuf's drop leaks the slice instead of freeing it.
+        let data = unsafe {
+            self.stream
+                .upgrade_device_ptr::<u8>(sym.ptr(), bytes.max(1))
+        };
+        let mut buf = DevBuf {
+            data: ManuallyDrop::new(data),
+            len: bytes,
+            sym: Some(sym),
+        };
+        self.stream.memset_zeros(&mut buf.data.slice_mut(..))?;
+        Ok(buf)
+    }
+
+    fn symmetric_part(
+        &self,
+        buf: &Self::Buf,
+        offset: usize,
+        reserved: usize,
+        bytes: usize,
+    ) -> Result<Self::Buf> {
+        let Some(sym) = &buf.sym else {
+            bail!("a part of a buffer that is not symmetric");
+        };
+        anyhow::ensure!(
+            bytes <= reserved,
+            "{bytes} bytes in a reservation of {reserved}"
+        );
+        let part = sym.part(offset, reserved)?;
+        // SAFETY: inside the symmetric buffer (checked by `part`; one byte past an empty part
+        // is still inside the heap's margin), kept alive by the heap to the end; DevBuf's drop
+        // leaks the slice instead of freeing it.
+        let data = unsafe {
+            self.stream
+                .upgrade_device_ptr::<u8>(part.ptr(), bytes.max(1))
+        };
+        Ok(DevBuf {
+            data: ManuallyDrop::new(data),
+            len: bytes,
+            sym: Some(part),
+        })
+    }
+
+    fn put(
+        &self,
+        (src, at): (&Self::Buf, usize),
+        (dst, to): (&Self::Buf, usize),
+        rows: Rows,
+        peer: usize,
+    ) -> Result<()> {
+        if rows.width == 0 || rows.height == 0 {
+            return Ok(());
+        }
+        let (nv, sym) = self.on_heap(dst, "a put")?;
+        anyhow::ensure!(
+            at + rows.span(rows.src_pitch) <= src.len,
+            "a put reads past its source"
+        );
+        let from = src.data.device_ptr(&self.stream).0 + at as u64;
+        // SAFETY: `src` is this GPU's memory, alive while the queued put runs (the step keeps
+        // it); the destination's bounds are checked.
+        unsafe { nv.put_on_stream(sym, to, from, rows, peer, self.st()) }
+    }
+
+    fn put_barrier(&self) -> Result<()> {
+        let Some(nv) = &self.nvshmem else {
+            bail!("a put barrier needs NVSHMEM");
+        };
+        nv.barrier_all_on_stream(self.st());
+        Ok(())
+    }
+
+    fn signal(&self, flags: &Self::Buf, at: usize, value: u32, peer: usize) -> Result<()> {
+        let (nv, sym) = self.on_heap(flags, "a signal")?;
+        nv.signal_on_stream(sym, at, value, peer, self.st())
+    }
+
+    fn wait_signal(&self, flags: &Self::Buf, at: usize, value: u32) -> Result<()> {
+        let (nv, sym) = self.on_heap(flags, "a signal")?;
+        nv.wait_on_stream(sym, at, value, &self.stream)
+    }
+}
+
 impl Backend for Cuda<'_> {
     type Buf = DevBuf;
     type Mark = cudarc::driver::CudaEvent;
+    type Puts = Self;
 
     fn rank(&self) -> usize {
         self.comm.rank()
@@ -857,92 +952,11 @@ impl Backend for Cuda<'_> {
         Ok(self.stream.wait(mark)?)
     }
 
-    fn symmetric(&self, bytes: usize) -> Result<Option<Self::Buf>> {
-        let Some(nv) = self.nvshmem.as_ref().filter(|nv| nv.peers_mapped()) else {
-            return Ok(None);
-        };
-        let sym = nv.alloc(bytes)?;
-        // SAFETY: `bytes` (at least one) of device memory on this GPU, kept alive by `sym`;
-        // DevBuf's drop leaks the slice instead of freeing it.
-        let data = unsafe {
-            self.stream
-                .upgrade_device_ptr::<u8>(sym.ptr(), bytes.max(1))
-        };
-        let mut buf = DevBuf {
-            data: ManuallyDrop::new(data),
-            len: bytes,
-            sym: Some(sym),
-        };
-        self.stream.memset_zeros(&mut buf.data.slice_mut(..))?;
-        Ok(Some(buf))
-    }
-
-    fn symmetric_part(
-        &self,
-        buf: &Self::Buf,
-        offset: usize,
-        reserved: usize,
-        bytes: usize,
-    ) -> Result<Self::Buf> {
-        let Some(sym) = &buf.sym else {
-            bail!("a part of a buffer that is not symmetric");
-        };
-        anyhow::ensure!(
-            bytes <= reserved,
-            "{bytes} bytes in a reservation of {reserved}"
-        );
-        let part = sym.part(offset, reserved)?;
-        // SAFETY: inside the symmetric buffer (checked by `part`; one byte past an empty part
-        // is still inside the heap's margin), kept alive by the heap to the end; DevBuf's drop
-        // leaks the slice instead of freeing it.
-        let data = unsafe {
-            self.stream
-                .upgrade_device_ptr::<u8>(part.ptr(), bytes.max(1))
-        };
-        Ok(DevBuf {
-            data: ManuallyDrop::new(data),
-            len: bytes,
-            sym: Some(part),
-        })
-    }
-
-    fn put(
-        &self,
-        (src, at): (&Self::Buf, usize),
-        (dst, to): (&Self::Buf, usize),
-        rows: Rows,
-        peer: usize,
-    ) -> Result<()> {
-        if rows.width == 0 || rows.height == 0 {
-            return Ok(());
-        }
-        let (nv, sym) = self.on_heap(dst, "a put")?;
-        anyhow::ensure!(
-            at + rows.span(rows.src_pitch) <= src.len,
-            "a put reads past its source"
-        );
-        let from = src.data.device_ptr(&self.stream).0 + at as u64;
-        // SAFETY: `src` is this GPU's memory, alive while the queued put runs (the step keeps
-        // it); the destination's bounds are checked.
-        unsafe { nv.put_on_stream(sym, to, from, rows, peer, self.st()) }
-    }
-
-    fn put_barrier(&self) -> Result<()> {
-        let Some(nv) = &self.nvshmem else {
-            bail!("a put barrier needs NVSHMEM");
-        };
-        nv.barrier_all_on_stream(self.st());
-        Ok(())
-    }
-
-    fn signal(&self, flags: &Self::Buf, at: usize, value: u32, peer: usize) -> Result<()> {
-        let (nv, sym) = self.on_heap(flags, "a signal")?;
-        nv.signal_on_stream(sym, at, value, peer, self.st())
-    }
-
-    fn wait_signal(&self, flags: &Self::Buf, at: usize, value: u32) -> Result<()> {
-        let (nv, sym) = self.on_heap(flags, "a signal")?;
-        nv.wait_on_stream(sym, at, value, &self.stream)
+    fn puts(&self) -> Option<&Self> {
+        self.nvshmem
+            .as_ref()
+            .is_some_and(|nv| nv.peers_mapped())
+            .then_some(self)
     }
 
     fn barrier(&self) -> Result<()> {

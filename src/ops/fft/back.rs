@@ -11,10 +11,10 @@
 //! engines); the step's trial runs choose ([`Route`]).
 
 use super::batched::{Put, batch_count, planes, slab_room, split};
-use super::local::Phase;
-use crate::backend::{Backend, Rows};
+use crate::backend::work::Phase;
+use crate::backend::{Backend, Puts, Rows};
 use crate::dist::TensorState;
-use crate::ops::exchange::Run;
+use crate::backend::work::Run;
 use crate::ops::movement::Route;
 use crate::runtime::comm::Parts;
 use crate::spec::tensor::DType;
@@ -68,7 +68,8 @@ impl<B: Backend> BatchedBack<B> {
         let (xs, ys) = (split(shape[0], ranks), split(n1, ranks));
         let fewest = ys.iter().map(|y| y.1).min().unwrap_or(0);
         let n = batch_count(&natural.shape, elem, ranks, fewest);
-        let symmetric = b.symmetric(slab_room(&natural.shape, elem, ranks, 0))?;
+        let room = slab_room(&natural.shape, elem, ranks, 0);
+        let symmetric = b.puts().map(|p| p.symmetric(room)).transpose()?;
         let can_put = symmetric.is_some();
         let (s1, y0) = (ys[me].1, ys[me].0);
         let (mut most_sent, mut most_received) = (0, 0);

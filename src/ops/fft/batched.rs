@@ -11,11 +11,11 @@
 //! symmetric result, by the copy engines, so the SMs stay with cuFFT and nothing is packed.
 //! Both are ready; the step's trial runs pick one ([`Route`]; bench/RESULTS.md).
 
-use super::local::{AxisOp, Phase};
-use crate::backend::{Backend, Rows};
+use crate::backend::work::{AxisOp, Phase};
+use crate::backend::{Backend, Puts, Rows, puts_of};
 use crate::dist::Placement;
 use crate::dist::TensorState;
-use crate::ops::exchange::Run;
+use crate::backend::work::Run;
 use crate::ops::movement::Route;
 use crate::runtime::comm::Parts;
 use crate::spec::tensor::{DType, Distribution};
@@ -80,7 +80,7 @@ impl Route {
     /// run before puts overwrite it.
     pub fn start<B: Backend>(self, b: &B) -> Result<()> {
         if self.puts() {
-            b.put_barrier()?;
+            puts_of(b).put_barrier()?;
         }
         Ok(())
     }
@@ -92,7 +92,7 @@ impl Route {
             b.wait(mark)?;
         }
         if self.puts() {
-            b.put_barrier()?;
+            puts_of(b).put_barrier()?;
         }
         Ok(())
     }
@@ -112,8 +112,9 @@ impl Route {
     ) -> Result<B::Mark> {
         if self.puts() {
             let mark = b.side(&mut || {
+                let by = puts_of(b);
                 puts.iter()
-                    .try_for_each(|p| b.put((src, p.src), (&*out, p.dst), p.rows, p.peer))
+                    .try_for_each(|p| by.put((src, p.src), (&*out, p.dst), p.rows, p.peer))
             })?;
             b.copy_runs(src, out, own, elem)?;
             return Ok(mark);
@@ -204,7 +205,8 @@ impl<B: Backend> Batched<B> {
         if !(in_plane * in_elem).is_multiple_of(16) || !(n1 * inner * elem).is_multiple_of(16) {
             return Ok(None);
         }
-        let symmetric = b.symmetric(slab_room(&middle.shape, elem, ranks, 1))?;
+        let room = slab_room(&middle.shape, elem, ranks, 1);
+        let symmetric = b.puts().map(|p| p.symmetric(room)).transpose()?;
         let can_put = symmetric.is_some();
         // The send buffer holds each peer's part whole, peers in rank order (not this rank).
         let mut displ = vec![0; ranks];

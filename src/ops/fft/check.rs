@@ -9,7 +9,7 @@ use crate::ops::Comparison;
 use crate::ops::exchange::Custom;
 use crate::ops::movement::{Movement, Staged};
 use crate::ops::sum::{self, Sum};
-use crate::spec::step::{Fft, FftDirection, FftKind, FftNorm};
+use super::{Fft, FftDirection, FftKind, FftNorm};
 use crate::spec::tensor::Layout;
 use anyhow::Result;
 

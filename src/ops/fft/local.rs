@@ -1,89 +1,11 @@
 //! Local FFTs of one rank's piece along whole axes (rustfft and realfft, parallel with rayon).
 //! Pieces are in C order; an axis is transformed line by line.
 
+use crate::backend::work::{AxisOp, Phase};
 use num_complex::Complex;
 use rayon::prelude::*;
 use realfft::RealFftPlanner;
 use rustfft::{FftDirection, FftNum, FftPlanner};
-use serde::{Deserialize, Serialize};
-
-/// One transform of a local phase.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum AxisOp {
-    /// Complex to complex along an axis.
-    C2c {
-        /// The axis.
-        axis: usize,
-        /// e^+i instead of e^-i.
-        inverse: bool,
-    },
-    /// Real to complex along the last axis (n -> n/2 + 1).
-    R2c,
-    /// Complex to real along the last axis (n/2 + 1 -> n).
-    C2r {
-        /// The real length.
-        n: usize,
-    },
-}
-
-/// A local phase: transforms in order on a piece of `shape` (C order, the shape as it enters).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Phase {
-    /// The piece's shape as it enters (real shape for an R2c, complex for the others).
-    pub shape: Vec<usize>,
-    /// The transforms, in order.
-    pub ops: Vec<AxisOp>,
-    /// Multiply the result by this, if any.
-    pub scale: Option<f64>,
-    /// Only rows `lo..hi` of axis 1 are transformed, the rest of the output left as it is (one
-    /// batch of a phase split by rows: see [`Phase::on_rows`]).
-    pub rows: Option<(usize, usize)>,
-}
-
-impl Phase {
-    /// This phase on rows `lo..hi` of axis 1 only; None unless every transform runs along axis
-    /// 0 and nothing is scaled (the rows are then independent of each other).
-    pub fn on_rows(&self, lo: usize, hi: usize) -> Option<Phase> {
-        let along_0 = self
-            .ops
-            .iter()
-            .all(|o| matches!(o, AxisOp::C2c { axis: 0, .. }));
-        (along_0 && self.scale.is_none() && self.shape.len() >= 2 && hi <= self.shape[1]).then(
-            || Phase {
-                rows: Some((lo, hi)),
-                ..self.clone()
-            },
-        )
-    }
-
-    /// Bytes the phase reads and writes, for complex values of `complex_size` bytes (an r2c
-    /// reads reals, a c2r writes them).
-    pub fn bytes(&self, complex_size: usize) -> (usize, usize) {
-        let real = |first: bool| match (first, self.ops.first(), self.ops.last()) {
-            (true, Some(AxisOp::R2c), _) | (false, _, Some(AxisOp::C2r { .. })) => complex_size / 2,
-            _ => complex_size,
-        };
-        let count = |s: &[usize]| s.iter().product::<usize>();
-        (
-            count(&self.shape) * real(true),
-            count(&self.out_shape()) * real(false),
-        )
-    }
-
-    /// The piece's shape after the phase.
-    pub fn out_shape(&self) -> Vec<usize> {
-        let mut s = self.shape.clone();
-        let last = s.len() - 1;
-        for op in &self.ops {
-            match op {
-                AxisOp::R2c => s[last] = s[last] / 2 + 1,
-                AxisOp::C2r { n } => s[last] = *n,
-                AxisOp::C2c { .. } => {}
-            }
-        }
-        s
-    }
-}
 
 /// Bytes as elements of `T` (a copy; pieces are small next to the FFT's own work).
 fn read<T: Copy + Default>(bytes: &[u8]) -> Vec<T> {

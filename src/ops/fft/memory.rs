@@ -5,11 +5,10 @@
 //! library's own plans and scratch (cuFFT's work area, rustfft's per-thread scratch of one
 //! line) are not counted.
 
-use super::{check::inverse, middle, working_slab};
+use super::{Fft, FftKind, check::inverse, middle, symmetric_room, working_slab};
 use crate::dist::TensorState;
 use crate::ops::exchange::Side;
 use crate::ops::movement::{local_bytes, staged_bytes};
-use crate::spec::step::{Fft, FftKind};
 use crate::spec::tensor::{Distribution, Layout};
 
 /// The bytes an FFT from `input` to `out` holds on `rank` beyond both.
@@ -88,4 +87,15 @@ pub fn check_workspace(
     };
     // The inverse's workspace is gone by the time the values are compared.
     round_trip + inverse.max(values + planes)
+}
+
+/// Symmetric-heap room for an FFT's transposed slab by puts (and its inverse's, which its check
+/// runs).
+pub fn heap_room(f: &Fft, input: &TensorState, out: &TensorState, ranks: u64) -> u64 {
+    let p = ranks as usize;
+    let back = match f.common.check {
+        true => symmetric_room(&inverse(f), out, input, p),
+        false => 0,
+    };
+    (symmetric_room(f, input, out, p) + back) as u64
 }

@@ -9,19 +9,23 @@ mod back;
 mod batched;
 pub mod check;
 pub mod local;
+mod meaning;
 pub mod memory;
+mod op;
+mod spec;
+
+pub use spec::{Fft, FftDirection, FftKind, FftNorm};
 
 use super::movement::{Movement, Staged, local_bytes};
 use crate::backend::Backend;
 use crate::dist::Placement;
 use crate::dist::TensorState;
 use crate::spec::model::CommBackend;
-use crate::spec::step::{Fft, FftDirection, FftKind, FftNorm};
 use crate::spec::tensor::{DType, Distribution, Layout};
 use anyhow::Result;
 use back::BatchedBack;
 use batched::Batched;
-use local::{AxisOp, Phase};
+use crate::backend::work::{AxisOp, Phase};
 
 /// The slab an FFT works from: 2-D r2c must hold its last axis whole first (x-slabs) and 2-D c2r
 /// last (so it starts in y-slabs); otherwise the input's own slab, or x-slabs for boxes.
@@ -301,7 +305,7 @@ mod tests {
     use super::check::inverse;
     use super::symmetric_room;
     use crate::init::tests::state;
-    use crate::spec::step::Fft;
+    use crate::ops::fft::Fft;
     use crate::spec::tensor::{Axis, DType, Distribution, Layout};
 
     fn fft(kind: &str) -> Fft {

@@ -11,8 +11,8 @@
 //! SUMMA on a square grid moves whole pieces too, along grid columns (b) and grid rows (a); its
 //! chunks are slices of k that add into one product, the slice held here first.
 
-use super::local::View;
-use crate::backend::{Backend, Rows};
+use crate::backend::work::View;
+use crate::backend::{Backend, Puts, Rows, puts_of};
 use crate::dist::Placement;
 use crate::dist::TensorState;
 use crate::ops::exchange::{Custom, Intervals};
@@ -47,8 +47,9 @@ impl<B: Backend> Arrival<B> {
     ) -> Result<()> {
         match (self, signal) {
             (Arrival::Put { buf, to }, Some((flags, at, value))) => {
-                b.put((input, 0), (buf, 0), Rows::flat(b.len(input)), *to)?;
-                b.signal(flags, at, value, *to)
+                let puts = puts_of(b);
+                puts.put((input, 0), (buf, 0), Rows::flat(b.len(input)), *to)?;
+                puts.signal(flags, at, value, *to)
             }
             (Arrival::Exchange(s), _) => s.run(b, input).map(|_| ()),
             (Arrival::Put { .. }, None) => anyhow::bail!("a put round without its signal"),
@@ -96,7 +97,7 @@ impl<B: Backend> Pipeline<B> {
             .iter()
             .any(|r| matches!(r.arrival, Arrival::Put { .. }));
         let signals = match puts {
-            true => b.symmetric(4 * rounds.len())?,
+            true => Some(puts_of(b).symmetric(4 * rounds.len())?),
             false => None,
         };
         Ok(Pipeline {
@@ -113,7 +114,7 @@ impl<B: Backend> Pipeline<B> {
     pub fn queue(&mut self, b: &B, a_in: &B::Buf, b_in: &B::Buf) -> Result<Vec<B::Mark>> {
         self.runs = self.runs.wrapping_add(1);
         if self.signals.is_some() {
-            b.put_barrier()?;
+            puts_of(b).put_barrier()?;
         }
         let (signals, run) = (self.signals.as_ref(), self.runs);
         self.rounds
@@ -133,7 +134,7 @@ impl<B: Backend> Pipeline<B> {
     /// Makes the main queue wait for round `r`'s piece (`marks` from [`Pipeline::queue`]).
     pub fn wait(&self, b: &B, r: usize, marks: &[B::Mark]) -> Result<()> {
         match (&self.rounds[r].arrival, &self.signals) {
-            (Arrival::Put { .. }, Some(flags)) => b.wait_signal(flags, 4 * r, self.runs),
+            (Arrival::Put { .. }, Some(flags)) => puts_of(b).wait_signal(flags, 4 * r, self.runs),
             _ => b.wait(&marks[r]),
         }
     }
@@ -187,7 +188,8 @@ fn arrival<B: Backend>(
     let elem = state.dtype.size() as usize;
     let bytes = |iv: &Option<Intervals>| extent(iv, 0) * extent(iv, 1) * elem;
     let largest = pieces.iter().map(bytes).max().unwrap_or(0);
-    if let Some(buf) = b.symmetric(largest)? {
+    if let Some(puts) = b.puts() {
+        let buf = puts.symmetric(largest)?;
         let to = sender
             .iter()
             .position(|&s| s == rank)

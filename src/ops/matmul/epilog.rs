@@ -1,8 +1,9 @@
 //! What follows the GEMM on each element: `+ beta * c`, the bias, the activation, and rounding to
 //! the result's dtype.
 
+use crate::backend::work::Addends;
 use crate::init::{self, Scalar};
-use crate::spec::step::{BiasPer, Epilog};
+use crate::spec::step::Epilog;
 use crate::spec::tensor::DType;
 use rayon::prelude::*;
 
@@ -27,36 +28,6 @@ pub fn nonlinear(epilog: Option<Epilog>) -> bool {
         epilog,
         Some(Epilog::Relu | Epilog::ReluBias | Epilog::Gelu | Epilog::GeluBias)
     )
-}
-
-/// The terms added to the product before the activation, in buffers of type `T`.
-pub struct Addends<'a, T: ?Sized = [u8]> {
-    /// `beta` and `c`'s piece (out dtype, same placement and layout as the product).
-    pub c: Option<(f64, &'a T)>,
-    /// The bias.
-    pub bias: Option<Bias<'a, T>>,
-}
-
-/// A bias vector and where each local element of the product finds its entry.
-pub struct Bias<'a, T: ?Sized = [u8]> {
-    /// The whole vector (out dtype).
-    pub vector: &'a T,
-    /// The global row of each local row (a bias per row), or the global column of each local
-    /// column (per column).
-    pub index: &'a [u64],
-    /// Which axis the vector runs along.
-    pub per: BiasPer,
-}
-
-impl<T: ?Sized> Bias<'_, T> {
-    /// The vector's entry for element `i` of a row-major product of `cols` columns.
-    pub fn entry(&self, i: usize, cols: usize) -> usize {
-        let cols = cols.max(1);
-        self.index[match self.per {
-            BiasPer::Row => i / cols,
-            BiasPer::Column => i % cols,
-        }] as usize
-    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -126,6 +97,8 @@ fn add_scaled(v: Scalar, s: f64, x: Scalar) -> Scalar {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::work::Bias;
+    use crate::spec::step::BiasPer;
 
     #[test]
     fn gelu_matches_the_tanh_form() {

@@ -13,7 +13,8 @@ use crate::init::{self, Scalar};
 use crate::ops::Comparison;
 use crate::ops::movement::regather;
 use crate::ops::sum::Sum;
-use crate::spec::step::{BiasPer, Matmul};
+use crate::ops::matmul::Matmul;
+use crate::spec::step::BiasPer;
 use crate::spec::tensor::{DType, Layout, Uniform};
 use anyhow::Result;
 

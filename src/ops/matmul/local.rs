@@ -3,7 +3,8 @@
 //! 400 ms with `gemm` (bench/RESULTS.md).
 //! f16 and bf16 are widened to f32 and accumulate in f32; the product is left in the compute type.
 
-use crate::spec::tensor::{DType, Layout};
+use crate::backend::work::View;
+use crate::spec::tensor::DType;
 use faer::traits::ComplexField;
 use faer::{Accum, MatMut, MatRef, Par, c32, c64};
 use half::{bf16, f16};
@@ -31,49 +32,6 @@ pub fn widen(dtype: DType, bytes: &[u8]) -> Cow<'_, [u8]> {
             .flat_map_iter(|c| to_f32([c[0], c[1]]).to_le_bytes())
             .collect(),
     )
-}
-
-/// A local piece seen as a matrix: its storage shape and layout, used transposed or not.
-#[derive(Debug, Clone, Copy)]
-pub struct View {
-    /// Rows of the stored piece.
-    pub rows: usize,
-    /// Columns of the stored piece.
-    pub cols: usize,
-    /// Storage order.
-    pub layout: Layout,
-    /// Used transposed.
-    pub transpose: bool,
-    /// Used conjugated.
-    pub conjugate: bool,
-}
-
-impl View {
-    /// Rows and columns of the matrix as used.
-    pub fn dims(&self) -> (usize, usize) {
-        if self.transpose {
-            (self.cols, self.rows)
-        } else {
-            (self.rows, self.cols)
-        }
-    }
-
-    /// The same piece used with the other transpose.
-    pub fn transposed(self) -> Self {
-        View {
-            transpose: !self.transpose,
-            ..self
-        }
-    }
-
-    /// Element strides (row, column) of the matrix as used.
-    fn strides(&self) -> (isize, isize) {
-        let (rs, cs) = match self.layout {
-            Layout::C => (self.cols as isize, 1),
-            Layout::F => (1, self.rows as isize),
-        };
-        if self.transpose { (cs, rs) } else { (rs, cs) }
-    }
 }
 
 /// Where the local GEMM writes: the block at row `at.0`, column `at.1` of a row-major matrix
@@ -216,6 +174,7 @@ fn run<T: ComplexField + Copy + Default>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spec::tensor::Layout;
 
     fn bytes(v: &[f64]) -> Vec<u8> {
         v.iter().flat_map(|x| x.to_le_bytes()).collect()

@@ -13,8 +13,7 @@ use super::{
 use crate::dist::{Placement, TensorState};
 use crate::ops::exchange::{Holdings, Side};
 use crate::ops::movement::{local_bytes, staged_bytes};
-use crate::plan::matmul::MatmulChoice;
-use crate::spec::step::{Matmul, MatmulAlgorithm};
+use super::{Matmul, MatmulAlgorithm, MatmulChoice};
 use crate::spec::tensor::{Distribution, Layout};
 
 /// The GEMM library's own buffers, which it keeps from its first GEMM to the end of the run:

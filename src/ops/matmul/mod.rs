@@ -10,23 +10,30 @@
 //! 4. `+ beta * c`, the bias and the activation, rounding to the dtype;
 //! 5. moving the result from where the algorithm leaves it to the output's distribution and layout.
 
+mod choice;
 mod chunks;
 pub mod epilog;
 pub mod freivalds;
 pub mod local;
+mod meaning;
 pub mod memory;
+mod op;
+mod spec;
 
+pub use choice::{MatmulCase, MatmulChoice, OperandBytes, choose};
+pub use spec::{Matmul, MatmulAlgorithm, MatmulPipeline};
+
+use crate::backend::work::{Addends, Bias, Run};
 use super::exchange::{Custom, Holdings, Side};
 use super::movement::{Movement, Staged, local_bytes};
 use crate::backend::{Backend, Fused, Out};
 use crate::dist::Placement;
 use crate::dist::TensorState;
-use crate::plan::matmul::MatmulChoice;
-use crate::spec::step::{BiasPer, Epilog, Matmul, MatmulAlgorithm};
+use crate::spec::step::{BiasPer, Epilog};
 use crate::spec::tensor::{Distribution, Layout};
 use anyhow::Result;
 use chunks::{Gathered, Pipeline};
-use local::View;
+use crate::backend::work::View;
 
 /// An operand moved (when needed) to the piece the algorithm multiplies.
 struct Operand<B: Backend> {
@@ -419,7 +426,7 @@ impl<B: Backend> PreparedMatmul<B> {
                     BiasPer::Row => (BiasPer::Row, self.rows.as_slice()),
                     BiasPer::Column => (BiasPer::Column, self.columns.as_slice()),
                 };
-                Some(epilog::Bias { vector, index, per }).filter(|_| self.adds_here)
+                Some(Bias { vector, index, per }).filter(|_| self.adds_here)
             }
             None => None,
         };
@@ -427,10 +434,10 @@ impl<B: Backend> PreparedMatmul<B> {
         if plain {
             // The product is the result: copy it as it is.
             let n = b.len(product) / dtype.size() as usize;
-            let all = [super::exchange::Run::contiguous(0, 0, n)];
+            let all = [Run::contiguous(0, 0, n)];
             b.copy_runs(product, &mut self.natural, &all, dtype.size() as usize)?;
         } else {
-            let add = epilog::Addends { c, bias };
+            let add = Addends { c, bias };
             b.finish(
                 dtype,
                 product,

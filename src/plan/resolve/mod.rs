@@ -1,22 +1,20 @@
 //! The meaning pass: follows the steps in order, resolving every tensor a step makes or changes
 //! (shape, dtype, layout, distribution) and reporting every inconsistency at once. Here: the
-//! runtime, the tensors, the steps' inputs and outputs and the written tensors; by op:
-//! `movement` (collectives, redistribution), `matmul_op`, `fft_op`.
+//! runtime, the tensors, the steps' inputs and outputs and the written tensors; each op's own
+//! check is its [`Op::resolve`](crate::ops::Op::resolve), with the rules several share in `rules`.
 
 use super::StepPlan;
-use super::matmul::{self, MatmulCase};
 use crate::dist::{self, TensorState};
+use crate::ops::Step;
 use crate::spec::Loaded;
 use crate::spec::diag::{Diagnostic, KeyPath, did_you_mean};
 use crate::spec::model::{CommBackend, Device, DeviceMap, ProcessGroup};
-use crate::spec::step::{FftDirection, FftKind, ReduceOp, Step};
+use crate::spec::step::ReduceOp;
 use crate::spec::tensor::{Axis, DType, Distribution, Init, TensorSpec};
 use indexmap::IndexMap;
 use std::collections::HashMap;
 
-mod fft_op;
-mod matmul_op;
-mod movement;
+mod rules;
 mod values;
 
 /// Everything known of one tensor.
@@ -46,17 +44,22 @@ pub struct Resolved {
 /// How many errors naming no tensor get a guess at the name meant.
 const GUESSES: usize = 20;
 
-struct Resolver<'a> {
-    loaded: &'a Loaded,
+/// The meaning pass as it follows the steps: what each op's check reads (the spec, the rank
+/// count, the tensors' states so far) and where it reports problems.
+pub struct Resolver<'a> {
+    /// The spec.
+    pub(crate) loaded: &'a Loaded,
     /// Guesses left (see [`GUESSES`]).
     guesses: usize,
     /// The steps that write each name, in order (some may have errors of their own).
     writers: HashMap<&'a str, Vec<usize>>,
-    ranks: Option<u64>,
+    /// The rank count (None: the checks that do not depend on it).
+    pub(crate) ranks: Option<u64>,
     tensors: IndexMap<String, TensorInfo>,
     /// The state of each tensor now (tensors not yet written are absent).
     current: IndexMap<String, TensorState>,
-    diags: Vec<Diagnostic>,
+    /// The problems found so far.
+    pub(crate) diags: Vec<Diagnostic>,
 }
 
 /// The most ranks a spec is planned or run for: 2^17 (131,072), more than the largest machines
@@ -108,7 +111,8 @@ pub fn resolve(loaded: &Loaded, ranks: Option<u64>) -> Result<Resolved, Vec<Diag
     }
 }
 
-fn dist_name(d: &Distribution) -> String {
+/// A distribution as a spec writes it, for messages.
+pub(crate) fn dist_name(d: &Distribution) -> String {
     match d {
         Distribution::Replicated => "replicated".into(),
         Distribution::Partial => "partial".into(),
@@ -137,7 +141,8 @@ fn too_many_ranks(at: KeyPath, p: u64) -> Diagnostic {
 }
 
 impl Resolver<'_> {
-    fn err(&mut self, d: Diagnostic) {
+    /// Reports a problem.
+    pub(crate) fn err(&mut self, d: Diagnostic) {
         self.diags.push(d);
     }
 
@@ -522,16 +527,7 @@ impl Resolver<'_> {
         let ins: Vec<TensorState> = ins.into_iter().flatten().collect();
         let mut info = info;
         info.input_states = ins.clone();
-        let result = match step {
-            Step::Matmul(m) => return self.matmul(i, m, &ins, info),
-            Step::Fft(f) => self.fft(i, f, &ins[0]),
-            Step::Redistribute(r) => self.redistribute(i, r, &ins[0]),
-            Step::Barrier(_) => None,
-            _ => self.collective(i, step, &ins[0]).map(|dist| TensorState {
-                dist,
-                ..ins[0].clone()
-            }),
-        };
+        let result = step.as_op().resolve(self, i, &ins, &mut info);
         if let (Some(out), Some((key, name))) = (result, step.output()) {
             self.write(i, key, name, out.clone(), key == "input");
             // The result as stored: a declared output keeps its declared layout.

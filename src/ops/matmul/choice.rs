@@ -1,7 +1,7 @@
 //! Choosing a distributed matmul algorithm from the operands' distributions: every algorithm that
 //! can run is priced by the bytes each rank sends, and `auto` takes the cheapest.
 
-use crate::spec::step::{MatmulAlgorithm, MatmulPipeline};
+use super::{MatmulAlgorithm, MatmulPipeline};
 use crate::spec::tensor::Distribution;
 use indexmap::IndexSet;
 

@@ -1,7 +1,13 @@
-//! The meaning pass for matmul: operand shapes, dtypes, epilogs, and the algorithm's choice.
+//! The matmul's meaning check: operand shapes, dtypes, epilogs, and the algorithm's choice.
 
-use super::*;
-use crate::spec::step::{BiasPer, Matmul};
+use super::Matmul;
+use super::choice::{self as matmul, MatmulCase};
+use crate::dist::{self, TensorState};
+use crate::plan::StepPlan;
+use crate::plan::resolve::{Resolver, byte_size};
+use crate::spec::diag::{Diagnostic, KeyPath};
+use crate::spec::step::BiasPer;
+use crate::spec::tensor::Distribution;
 
 /// The tensors a matmul step reads, as they stand before it.
 struct Operands<'t> {
@@ -19,13 +25,15 @@ struct Dims {
 }
 
 impl Resolver<'_> {
-    pub(super) fn matmul(
+    /// The check of matmul step `i` (`ins`: a, b, then c and the bias where given): its
+    /// result's state, its algorithm's choice recorded in `info`.
+    pub(crate) fn matmul(
         &mut self,
         i: usize,
         m: &Matmul,
         ins: &[TensorState],
-        mut info: StepPlan,
-    ) -> StepPlan {
+        info: &mut StepPlan,
+    ) -> Option<TensorState> {
         let here = KeyPath::root().key("steps").index(i);
         let ops = Operands {
             a: &ins[0],
@@ -39,15 +47,13 @@ impl Resolver<'_> {
         ok &= self.matmul_epilog(&here, m, &ops);
         let partial = self.matmul_partial_operands(i, m, &ops);
         ok &= !partial;
-        let Some(dims) = self.matmul_dims(&here, m, &ops) else {
-            return info;
-        };
+        let dims = self.matmul_dims(&here, m, &ops)?;
         ok &= self.matmul_addend_shapes(&here, m, &ops, dims);
         // The algorithm depends on the distributions alone: it is checked (and a forced one
         // refused) even when the errors above keep the step from resolving, except where an
         // operand is partial (no algorithm takes one: that error is already said).
         if partial {
-            return info;
+            return None;
         }
         let declared = self
             .loaded
@@ -62,16 +68,18 @@ impl Resolver<'_> {
                 .key(&m.out)
                 .key("distribution");
             if !dist::check(d, &[dims.m, dims.n], self.ranks, &path).is_empty() {
-                return info;
+                return None;
             }
         }
         let case = matmul_case(m, &ops, dims, declared.as_ref(), self.ranks);
         match matmul::choose(&case, m.algorithm) {
-            Ok(_) if !ok => {}
-            Ok(choice) => self.matmul_write(i, m, ops.a, dims, choice, &mut info),
-            Err(e) => self.err(Diagnostic::value(here.key("algorithm"), e)),
+            Ok(_) if !ok => None,
+            Ok(choice) => Some(result(ops.a, dims, choice, info)),
+            Err(e) => {
+                self.err(Diagnostic::value(here.key("algorithm"), e));
+                None
+            }
         }
-        info
     }
 
     /// Checks that a and b are matrices.
@@ -331,27 +339,23 @@ impl Resolver<'_> {
         }
         true
     }
+}
 
-    /// Writes the result of the chosen algorithm and records the choice in `info`.
-    fn matmul_write(
-        &mut self,
-        i: usize,
-        m: &Matmul,
-        a: &TensorState,
-        dims: Dims,
-        choice: matmul::MatmulChoice,
-        info: &mut StepPlan,
-    ) {
-        let out = TensorState {
-            shape: vec![dims.m, dims.n],
-            dtype: a.dtype,
-            layout: a.layout,
-            dist: choice.out.clone(),
-        };
-        self.write(i, "out", &m.out, out.clone(), false);
-        info.output_state = Some(self.current.get(&m.out).cloned().unwrap_or(out));
-        info.matmul = Some(choice);
-    }
+/// The result of the chosen algorithm, the choice recorded in `info`.
+fn result(
+    a: &TensorState,
+    dims: Dims,
+    choice: matmul::MatmulChoice,
+    info: &mut StepPlan,
+) -> TensorState {
+    let out = TensorState {
+        shape: vec![dims.m, dims.n],
+        dtype: a.dtype,
+        layout: a.layout,
+        dist: choice.out.clone(),
+    };
+    info.matmul = Some(choice);
+    out
 }
 
 /// What the algorithm's choice needs to know of the step: the operands' distributions and

@@ -1,10 +1,14 @@
-//! The meaning pass for fft: kinds, dtypes, the result's shape and distribution.
+//! The fft's meaning check: kinds, dtypes, the result's shape and distribution.
 
-use super::*;
-use crate::spec::step::Fft;
+use super::{Fft, FftDirection, FftKind};
+use crate::dist::TensorState;
+use crate::plan::resolve::Resolver;
+use crate::spec::diag::{Diagnostic, KeyPath};
+use crate::spec::tensor::{DType, Distribution, TensorSpec};
 
 impl Resolver<'_> {
-    pub(super) fn fft(&mut self, i: usize, f: &Fft, x: &TensorState) -> Option<TensorState> {
+    /// The check of fft step `i` on input `x`: its result's state.
+    pub(crate) fn fft(&mut self, i: usize, f: &Fft, x: &TensorState) -> Option<TensorState> {
         let here = KeyPath::root().key("steps").index(i);
         let nd = x.shape.len();
         if !(2..=3).contains(&nd) {

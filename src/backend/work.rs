@@ -1,0 +1,187 @@
+//! The work the [`Backend`](super::Backend) trait is handed, described: strided copies, matrix
+//! views of a piece, local FFT phases, and the terms a matmul's epilog adds. The ops build them;
+//! each backend carries them out.
+
+use crate::spec::step::BiasPer;
+use crate::spec::tensor::Layout;
+use serde::{Deserialize, Serialize};
+
+/// A strided copy of `count` elements: element `i` goes from `src + i*src_stride` to
+/// `dst + i*dst_stride` (in elements).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Run {
+    /// First source element.
+    pub src: usize,
+    /// First destination element.
+    pub dst: usize,
+    /// Elements to copy.
+    pub count: usize,
+    /// Source step between elements.
+    pub src_stride: usize,
+    /// Destination step between elements.
+    pub dst_stride: usize,
+}
+
+impl Run {
+    /// `count` consecutive elements from `src` to `dst`.
+    pub fn contiguous(src: usize, dst: usize, count: usize) -> Self {
+        Run {
+            src,
+            dst,
+            count,
+            src_stride: 1,
+            dst_stride: 1,
+        }
+    }
+}
+
+/// A local piece seen as a matrix: its storage shape and layout, used transposed or not.
+#[derive(Debug, Clone, Copy)]
+pub struct View {
+    /// Rows of the stored piece.
+    pub rows: usize,
+    /// Columns of the stored piece.
+    pub cols: usize,
+    /// Storage order.
+    pub layout: Layout,
+    /// Used transposed.
+    pub transpose: bool,
+    /// Used conjugated.
+    pub conjugate: bool,
+}
+
+impl View {
+    /// Rows and columns of the matrix as used.
+    pub fn dims(&self) -> (usize, usize) {
+        if self.transpose {
+            (self.cols, self.rows)
+        } else {
+            (self.rows, self.cols)
+        }
+    }
+
+    /// The same piece used with the other transpose.
+    pub fn transposed(self) -> Self {
+        View {
+            transpose: !self.transpose,
+            ..self
+        }
+    }
+
+    /// Element strides (row, column) of the matrix as used.
+    pub fn strides(&self) -> (isize, isize) {
+        let (rs, cs) = match self.layout {
+            Layout::C => (self.cols as isize, 1),
+            Layout::F => (1, self.rows as isize),
+        };
+        if self.transpose { (cs, rs) } else { (rs, cs) }
+    }
+}
+
+/// One transform of a local phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AxisOp {
+    /// Complex to complex along an axis.
+    C2c {
+        /// The axis.
+        axis: usize,
+        /// e^+i instead of e^-i.
+        inverse: bool,
+    },
+    /// Real to complex along the last axis (n -> n/2 + 1).
+    R2c,
+    /// Complex to real along the last axis (n/2 + 1 -> n).
+    C2r {
+        /// The real length.
+        n: usize,
+    },
+}
+
+/// A local phase: transforms in order on a piece of `shape` (C order, the shape as it enters).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Phase {
+    /// The piece's shape as it enters (real shape for an R2c, complex for the others).
+    pub shape: Vec<usize>,
+    /// The transforms, in order.
+    pub ops: Vec<AxisOp>,
+    /// Multiply the result by this, if any.
+    pub scale: Option<f64>,
+    /// Only rows `lo..hi` of axis 1 are transformed, the rest of the output left as it is (one
+    /// batch of a phase split by rows: see [`Phase::on_rows`]).
+    pub rows: Option<(usize, usize)>,
+}
+
+impl Phase {
+    /// This phase on rows `lo..hi` of axis 1 only; None unless every transform runs along axis
+    /// 0 and nothing is scaled (the rows are then independent of each other).
+    pub fn on_rows(&self, lo: usize, hi: usize) -> Option<Phase> {
+        let along_0 = self
+            .ops
+            .iter()
+            .all(|o| matches!(o, AxisOp::C2c { axis: 0, .. }));
+        (along_0 && self.scale.is_none() && self.shape.len() >= 2 && hi <= self.shape[1]).then(
+            || Phase {
+                rows: Some((lo, hi)),
+                ..self.clone()
+            },
+        )
+    }
+
+    /// Bytes the phase reads and writes, for complex values of `complex_size` bytes (an r2c
+    /// reads reals, a c2r writes them).
+    pub fn bytes(&self, complex_size: usize) -> (usize, usize) {
+        let real = |first: bool| match (first, self.ops.first(), self.ops.last()) {
+            (true, Some(AxisOp::R2c), _) | (false, _, Some(AxisOp::C2r { .. })) => complex_size / 2,
+            _ => complex_size,
+        };
+        let count = |s: &[usize]| s.iter().product::<usize>();
+        (
+            count(&self.shape) * real(true),
+            count(&self.out_shape()) * real(false),
+        )
+    }
+
+    /// The piece's shape after the phase.
+    pub fn out_shape(&self) -> Vec<usize> {
+        let mut s = self.shape.clone();
+        let last = s.len() - 1;
+        for op in &self.ops {
+            match op {
+                AxisOp::R2c => s[last] = s[last] / 2 + 1,
+                AxisOp::C2r { n } => s[last] = *n,
+                AxisOp::C2c { .. } => {}
+            }
+        }
+        s
+    }
+}
+
+/// The terms added to the product before the activation, in buffers of type `T`.
+pub struct Addends<'a, T: ?Sized = [u8]> {
+    /// `beta` and `c`'s piece (out dtype, same placement and layout as the product).
+    pub c: Option<(f64, &'a T)>,
+    /// The bias.
+    pub bias: Option<Bias<'a, T>>,
+}
+
+/// A bias vector and where each local element of the product finds its entry.
+pub struct Bias<'a, T: ?Sized = [u8]> {
+    /// The whole vector (out dtype).
+    pub vector: &'a T,
+    /// The global row of each local row (a bias per row), or the global column of each local
+    /// column (per column).
+    pub index: &'a [u64],
+    /// Which axis the vector runs along.
+    pub per: BiasPer,
+}
+
+impl<T: ?Sized> Bias<'_, T> {
+    /// The vector's entry for element `i` of a row-major product of `cols` columns.
+    pub fn entry(&self, i: usize, cols: usize) -> usize {
+        let cols = cols.max(1);
+        self.index[match self.per {
+            BiasPer::Row => i / cols,
+            BiasPer::Column => i % cols,
+        }] as usize
+    }
+}

@@ -1,0 +1,84 @@
+//! The FFT as an [`Op`]: its meaning check (`meaning.rs`), its memory (`memory.rs`), and its
+//! run: its transposes by NCCL or puts (trial runs choose), then the round trip and Parseval's
+//! check.
+
+use super::{Fft, FftKind, PreparedFft, check, memory};
+use crate::backend::Backend;
+use crate::backend::cuda::probe::Lib;
+use crate::dist::TensorState;
+use crate::exec::{StepRun, pick_via};
+use crate::ops::{Op, out_or_input};
+use crate::plan::StepPlan;
+use crate::plan::memory::Needs;
+use crate::plan::resolve::Resolver;
+use crate::spec::step::StepCommon;
+use anyhow::Result;
+
+impl Op for Fft {
+    fn common(&self) -> &StepCommon {
+        &self.common
+    }
+
+    fn inputs(&self) -> Vec<(&'static str, &str)> {
+        vec![("input", &self.input)]
+    }
+
+    fn output(&self) -> Option<(&'static str, &str)> {
+        Some(out_or_input(&self.out, &self.input))
+    }
+
+    fn resolve(
+        &self,
+        r: &mut Resolver<'_>,
+        i: usize,
+        ins: &[TensorState],
+        _plan: &mut StepPlan,
+    ) -> Option<TensorState> {
+        r.fft(i, self, &ins[0])
+    }
+
+    fn needs<'a>(&'a self, planned: &'a StepPlan, out: &'a TensorState, ranks: u64) -> Needs<'a> {
+        let input = &planned.input_states[0];
+        Needs {
+            run: Box::new(move |r| memory::workspace(self, input, out, (ranks, r))),
+            check: Box::new(move |r| memory::check_workspace(self, input, out, (ranks, r))),
+            heap: memory::heap_room(self, input, out, ranks),
+        }
+    }
+
+    fn library(&self) -> Option<Lib> {
+        Some(Lib::Cufft)
+    }
+
+    fn run<B: Backend>(&self, run: &mut StepRun<'_, B>) -> Result<Option<B::Buf>> {
+        let (b, input) = (run.b, run.inputs[0]);
+        let (in_state, out_state) = (run.input_state(0), run.out_state());
+        let mut prepared = PreparedFft::new(b, self, in_state, out_state)?;
+        if prepared.can_put() {
+            let trial = |p: &mut PreparedFft<B>| p.run(b, input);
+            run.record.via = Some(pick_via(b, &mut prepared, PreparedFft::set_via, trial)?);
+        }
+        run.record.times = run.timed(|| prepared.run(b, input))?;
+        run.record.flops = Some(self.flops(in_state, out_state));
+        let mut out = prepared.into_output();
+        run.corrupt(&mut out)?;
+        if run.check() {
+            let result = (out_state, &out);
+            run.record.check = Some(check::check(b, self, (in_state, input), result)?);
+        }
+        Ok(Some(out))
+    }
+}
+
+impl Fft {
+    /// Floating-point operations of one run: 5 n log2 n per complex transform (real ones count
+    /// half).
+    fn flops(&self, input: &TensorState, out: &TensorState) -> f64 {
+        let points: f64 = match self.kind {
+            FftKind::C2r => out.shape.iter().map(|&x| x as f64).product(),
+            FftKind::C2c | FftKind::R2c => input.shape.iter().map(|&x| x as f64).product(),
+        };
+        let real = if self.kind == FftKind::C2c { 1.0 } else { 0.5 };
+        real * 5.0 * points * points.log2()
+    }
+}

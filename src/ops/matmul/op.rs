@@ -1,0 +1,139 @@
+//! The matmul as an [`Op`]: its meaning check (`meaning.rs`), its memory (`memory.rs`), and its
+//! run: in rounds or whole (trial runs choose for `pipeline = "auto"`), then Freivalds' check.
+
+use super::memory::{self};
+use super::{Matmul, MatmulPipeline, PreparedMatmul, Ways, freivalds};
+use crate::backend::Backend;
+use crate::backend::cuda::probe::Lib;
+use crate::dist::TensorState;
+use crate::exec::{Chosen, StepRun, trials};
+use crate::ops::Op;
+use crate::ops::movement::local_bytes;
+use crate::plan::StepPlan;
+use crate::plan::memory::Needs;
+use crate::plan::resolve::Resolver;
+use crate::spec::step::StepCommon;
+use anyhow::Result;
+
+impl Op for Matmul {
+    fn common(&self) -> &StepCommon {
+        &self.common
+    }
+
+    fn inputs(&self) -> Vec<(&'static str, &str)> {
+        let mut v = vec![("a", self.a.as_str()), ("b", self.b.as_str())];
+        if let Some(c) = &self.c {
+            v.push(("c", c));
+        }
+        if let Some(b) = &self.bias {
+            v.push(("bias", b));
+        }
+        v
+    }
+
+    fn output(&self) -> Option<(&'static str, &str)> {
+        Some(("out", &self.out))
+    }
+
+    fn resolve(
+        &self,
+        r: &mut Resolver<'_>,
+        i: usize,
+        ins: &[TensorState],
+        plan: &mut StepPlan,
+    ) -> Option<TensorState> {
+        r.matmul(i, self, ins, plan)
+    }
+
+    /// Its buffers (see [`memory`]; the GEMM library's [`LIBRARY_BYTES`] the plan adds once),
+    /// and room on the heap for each operand gathered by puts.
+    fn needs<'a>(&'a self, planned: &'a StepPlan, out: &'a TensorState, ranks: u64) -> Needs<'a> {
+        let choice = (planned.matmul.as_ref()).expect("a planned matmul has an algorithm");
+        let inputs = &planned.input_states;
+        let check = self.common.check;
+        let heap = gathered_room(&inputs[0], ranks) + gathered_room(&inputs[1], ranks);
+        Needs {
+            run: Box::new(memory::workspace(self, choice, inputs, out, ranks, check)),
+            check: Box::new(move |r| memory::check_workspace(self, inputs, out, (ranks, r))),
+            heap,
+        }
+    }
+
+    fn library(&self) -> Option<Lib> {
+        Some(Lib::Cublas)
+    }
+
+    fn run<B: Backend>(&self, run: &mut StepRun<'_, B>) -> Result<Option<B::Buf>> {
+        let (b, planned, out_state) = (run.b, run.planned, run.out_state());
+        let inputs = run.inputs.clone();
+        let choice = (planned.matmul.as_ref()).expect("a planned matmul has an algorithm");
+        let prepare = |rounds| {
+            let states = &planned.input_states;
+            let ways = Ways {
+                keep_pre: run.check(),
+                rounds,
+            };
+            PreparedMatmul::new(b, self, choice, states, out_state, ways)
+        };
+        let mut prepared = prepare(self.pipeline != MatmulPipeline::Whole)?;
+        if prepared.in_rounds() {
+            let mut trials = None;
+            if self.pipeline == MatmulPipeline::Auto {
+                let ways = [prepared, prepare(false)?];
+                let (faster, times) = pick_pipeline(b, ways, &inputs)?;
+                (prepared, trials) = (faster, Some(times));
+            }
+            let way = match prepared.in_rounds() {
+                true => MatmulPipeline::Rounds,
+                false => MatmulPipeline::Whole,
+            };
+            run.record.pipeline = Some(Chosen { way, trials });
+        }
+        run.record.times = run.timed(|| prepared.run(b, &inputs))?;
+        run.record.flops = Some(self.flops(&planned.input_states[0], out_state));
+        let (mut out, pre) = prepared.into_output();
+        run.corrupt(&mut out)?;
+        if run.check() {
+            let operands: Vec<(&TensorState, &B::Buf)> =
+                planned.input_states.iter().zip(inputs).collect();
+            let result = (out_state, &out);
+            let checked = freivalds::check(b, self, &operands, result, pre, run.seed)?;
+            run.record.check = Some(checked);
+        }
+        Ok(Some(out))
+    }
+}
+
+impl Matmul {
+    /// Floating-point operations of one run: 2mnk, 8mnk for complex dtypes.
+    fn flops(&self, a: &TensorState, out: &TensorState) -> f64 {
+        let k = if self.transpose_a {
+            a.shape[0]
+        } else {
+            a.shape[1]
+        };
+        let per_fma = if out.dtype.is_complex() { 8.0 } else { 2.0 };
+        per_fma * out.shape[0] as f64 * out.shape[1] as f64 * k as f64
+    }
+}
+
+/// The choice between a matmul in rounds and the same matmul gathering in one exchange
+/// (`ways`, in that order), by trial runs; returns the kept one and both trial times.
+fn pick_pipeline<B: Backend>(
+    b: &B,
+    mut ways: [PreparedMatmul<B>; 2],
+    inputs: &[&B::Buf],
+) -> Result<(PreparedMatmul<B>, [f64; 2])> {
+    let times = trials(b, &mut |i| ways[i].run(b, inputs))?;
+    let [rounds, whole] = ways;
+    Ok((if times[0] <= times[1] { rounds } else { whole }, times))
+}
+
+/// Symmetric-heap room for an operand a matmul gathers by puts: at most P times its largest
+/// piece (a ring round's buffer is one piece).
+fn gathered_room(operand: &TensorState, ranks: u64) -> u64 {
+    let largest = (0..ranks)
+        .map(|r| local_bytes(operand, ranks, r) as u64)
+        .max();
+    largest.unwrap_or(0) * ranks
+}
