@@ -85,92 +85,17 @@ pub fn write<B: Backend>(
     outcome: Outcome<B>,
     progress: &Progress,
 ) -> Result<()> {
-    let spec = &plan.loaded.spec;
-    let (ranks, rank) = (b.ranks() as u64, b.rank() as u64);
-    let algorithm = spec.output.checksum;
-    // Rank 0 creates the directory under a temporary name; the others open it by that name.
-    // `--out` must be free; a default name takes a suffix where a run of the same job that
-    // started in the same second has it.
-    let created = if rank == 0 {
-        let (dir, final_path) = match &opts.out {
-            Some(out) => (RunDir::create(out.clone()), out.clone()),
-            None => {
-                let path =
-                    default_path(Path::new(&spec.output.dir), &spec.job.name, outcome.started);
-                (RunDir::create_unique(path.clone()), path)
-            }
-        };
-        Some(dir.with_context(|| format!("cannot create {}", final_path.display()))?)
-    } else {
-        None
-    };
-    let mine = created
-        .as_ref()
-        .map(|d| d.path().as_os_str().as_encoded_bytes().to_vec())
-        .unwrap_or_default();
-    let temp = b.all_gather_bytes(&mine)?.swap_remove(0);
-    let rundir = match created {
-        Some(dir) => dir,
-        None => RunDir::open(PathBuf::from(String::from_utf8_lossy(&temp).into_owned()))
-            .context("cannot open the run directory rank 0 created")?,
-    };
-
+    let rundir = open_rundir(b, &plan.loaded.spec, opts, outcome.started)?;
     let writing = std::time::Instant::now();
-    let mut shards: Vec<(String, ShardRecord)> = Vec::new();
-    let mut globals: IndexMap<String, (String, Option<(String, String)>)> = IndexMap::new();
-    for name in &spec.output.tensors {
-        let (state, buf) = &outcome.tensors[name];
-        // Every rank writes its shard: one that holds nothing, an empty array.
-        let local = Placement::new(&state.dist, &state.shape, ranks)
-            .local_shape(rank)
-            .unwrap_or_else(|| vec![0; state.shape.len()]);
-        let file = shard_file(name, rank);
-        let started = std::time::Instant::now();
-        let data = b.download(buf)?;
-        progress.setup(
-            &format!("downloaded {name}, {} bytes", data.len()),
-            started.elapsed().as_secs_f64(),
-        );
-        let checksum = write_npy_in(
-            &rundir,
-            &file,
-            algorithm,
-            state.dtype,
-            &local,
-            state.layout,
-            &data,
-        )
-        .with_context(|| format!("cannot write {file}"))?;
-        pause_if_asked(shards.is_empty());
-        shards.push((
-            name.clone(),
-            ShardRecord {
-                rank,
-                file,
-                checksum,
-            },
-        ));
-        globals.insert(
-            name.clone(),
-            global(
-                b,
-                &rundir,
-                algorithm,
-                state,
-                buf,
-                spec.output.gather.then(|| gathered_file(name)),
-            )
-            .with_context(|| format!("cannot write the whole of {name}"))?,
-        );
-    }
+    let Written { shards, globals } = write_tensors(b, plan, &rundir, &outcome, progress)?;
     // Every rank's shards and whereabouts reach rank 0 (this also waits for every shard).
     let shards = b.all_gather_bytes(&serde_json::to_vec(&shards)?)?;
     // The other ranks are done with the directory: from here it is rank 0's alone (to commit,
     // keep after a failed commit, or remove when the process ends on a signal).
-    let rundir = (rank == 0).then_some(rundir);
+    let rundir = (b.rank() == 0).then_some(rundir);
     progress.setup("outputs written", writing.elapsed().as_secs_f64());
     let me = RankInfo {
-        rank,
+        rank: b.rank() as u64,
         host: ctx.host.clone(),
         device: b.device(),
         memory: Some(outcome.since.measured()).map(|m| MemoryRecord {
@@ -200,6 +125,101 @@ pub fn write<B: Backend>(
     b.barrier()
 }
 
+/// The run directory, under its temporary name: rank 0 creates it, the others open it by that
+/// name. `--out` must be free; a default name takes a suffix where a run of the same job that
+/// started in the same second has it.
+fn open_rundir<B: Backend>(
+    b: &B,
+    spec: &Spec,
+    opts: &Options,
+    started: chrono::DateTime<chrono::Utc>,
+) -> Result<RunDir> {
+    let created = if b.rank() == 0 {
+        let (dir, final_path) = match &opts.out {
+            Some(out) => (RunDir::create(out.clone()), out.clone()),
+            None => {
+                let path = default_path(Path::new(&spec.output.dir), &spec.job.name, started);
+                (RunDir::create_unique(path.clone()), path)
+            }
+        };
+        Some(dir.with_context(|| format!("cannot create {}", final_path.display()))?)
+    } else {
+        None
+    };
+    let mine = created
+        .as_ref()
+        .map(|d| d.path().as_os_str().as_encoded_bytes().to_vec())
+        .unwrap_or_default();
+    let temp = b.all_gather_bytes(&mine)?.swap_remove(0);
+    match created {
+        Some(dir) => Ok(dir),
+        None => RunDir::open(PathBuf::from(String::from_utf8_lossy(&temp).into_owned()))
+            .context("cannot open the run directory rank 0 created"),
+    }
+}
+
+/// Each output's shard from every rank (one that holds nothing writes an empty array), and the
+/// whole tensor (see [`global`]).
+fn write_tensors<B: Backend>(
+    b: &B,
+    plan: &Plan,
+    rundir: &RunDir,
+    outcome: &Outcome<B>,
+    progress: &Progress,
+) -> Result<Written> {
+    let spec = &plan.loaded.spec;
+    let (ranks, rank) = (b.ranks() as u64, b.rank() as u64);
+    let algorithm = spec.output.checksum;
+    let mut shards: Vec<(String, ShardRecord)> = Vec::new();
+    let mut globals = IndexMap::new();
+    for name in &spec.output.tensors {
+        let (state, buf) = &outcome.tensors[name];
+        let local = Placement::new(&state.dist, &state.shape, ranks)
+            .local_shape(rank)
+            .unwrap_or_else(|| vec![0; state.shape.len()]);
+        let file = shard_file(name, rank);
+        let started = std::time::Instant::now();
+        let data = b.download(buf)?;
+        let what = format!("downloaded {name}, {} bytes", data.len());
+        progress.setup(&what, started.elapsed().as_secs_f64());
+        let (dtype, layout) = (state.dtype, state.layout);
+        let checksum = write_npy_in(rundir, &file, algorithm, dtype, &local, layout, &data)
+            .with_context(|| format!("cannot write {file}"))?;
+        pause_if_asked(shards.is_empty());
+        let record = ShardRecord {
+            rank,
+            file,
+            checksum,
+        };
+        shards.push((name.clone(), record));
+        let gathered = spec.output.gather.then(|| gathered_file(name));
+        let whole = global(b, rundir, algorithm, state, buf, gathered)
+            .with_context(|| format!("cannot write the whole of {name}"))?;
+        globals.insert(name.clone(), whole);
+    }
+    Ok(Written { shards, globals })
+}
+
+/// What a rank wrote: its shards (by tensor), and every written tensor as a whole.
+struct Written {
+    shards: Vec<(String, ShardRecord)>,
+    globals: IndexMap<String, Whole>,
+}
+
+/// A written tensor as a whole: its global checksum and, where gathered, its file.
+struct Whole {
+    /// The checksum of the whole in C order.
+    checksum: String,
+    /// The gathered `.npy`, where written.
+    gathered: Option<Gathered>,
+}
+
+/// A whole tensor's `.npy` file and the checksum of its bytes.
+struct Gathered {
+    file: String,
+    checksum: String,
+}
+
 /// The global checksum of a tensor (the whole in C order: a partial tensor is the stack of
 /// every rank's array), and with `file` its gathered `.npy` and that file's checksum, streamed to
 /// rank 0 ([`whole::stream`]); elsewhere empty. Collective.
@@ -210,7 +230,7 @@ fn global<B: Backend>(
     state: &TensorState,
     buf: &B::Buf,
     file: Option<String>,
-) -> Result<(String, Option<(String, String)>)> {
+) -> Result<Whole> {
     let whole = whole_state(state, b.ranks() as u64);
     let mut h = Hasher::new(algorithm);
     let Some(file) = file.filter(|_| b.rank() == 0) else {
@@ -218,7 +238,11 @@ fn global<B: Backend>(
             h.update(bytes);
             Ok(())
         })?;
-        return Ok((h.finish(), None));
+        let checksum = h.finish();
+        return Ok(Whole {
+            checksum,
+            gathered: None,
+        });
     };
     let header = npy::header(whole.dtype, &whole.shape, Layout::C)?;
     let mut in_file = Hasher::new(algorithm);
@@ -245,7 +269,11 @@ fn global<B: Backend>(
     }
     streamed?;
     written?;
-    Ok((h.finish(), Some((file, in_file.finish()))))
+    let checksum = in_file.finish();
+    Ok(Whole {
+        checksum: h.finish(),
+        gathered: Some(Gathered { file, checksum }),
+    })
 }
 
 fn manifest<B: Backend>(
@@ -253,73 +281,31 @@ fn manifest<B: Backend>(
     outcome: &Outcome<B>,
     rank_info: Vec<RankInfo>,
     shards: Vec<(String, ShardRecord)>,
-    globals: IndexMap<String, (String, Option<(String, String)>)>,
+    globals: IndexMap<String, Whole>,
     device: Device,
 ) -> Manifest {
     let (loaded, ranks) = (&plan.loaded, plan.ranks);
     let spec = &loaded.spec;
-    let steps = outcome
-        .steps
-        .iter()
-        .zip(&plan.steps)
-        .map(|(s, planned)| {
-            let (min, median, max) = s.min_median_max();
-            let bw = s.bandwidth.filter(|_| median > 0.0).map(|(bytes, factor)| {
-                let alg = bytes / median / 1e9;
-                (alg, alg * factor)
-            });
-            manifest::StepRecord {
-                name: s.name.clone(),
-                op: s.op.to_string(),
-                algorithm: planned.algorithm().map(str::to_string),
-                iterations: s.times.len() as u64,
-                warmup: u64::from(s.warmup),
-                time_s: TimeStats { min, median, max },
-                tflops: s.flops.filter(|_| median > 0.0).map(|f| f / median / 1e12),
-                algbw_gbs: bw.map(|b| b.0),
-                busbw_gbs: bw.map(|b| b.1),
-                check: s.check.map(|c| CheckRecord {
-                    passed: c.passed,
-                    max_error: c.max_error,
-                }),
-                via: s.via.map(|c| {
-                    let [nccl_s, nvshmem_s] = c.trials.unwrap_or([0.0; 2]);
-                    ViaRecord {
-                        chosen: c.way.name().to_string(),
-                        nccl_s,
-                        nvshmem_s,
-                    }
-                }),
-                pipeline: s.pipeline.map(|Chosen { way, trials }| PipelineRecord {
-                    chosen: way.name().to_string(),
-                    rounds_s: trials.map(|t| t[0]),
-                    whole_s: trials.map(|t| t[1]),
-                }),
-            }
-        })
+    let steps = (outcome.steps.iter().zip(&plan.steps))
+        .map(|(s, planned)| step_record(s, planned))
         .collect();
     let tensors = globals
         .into_iter()
-        .map(|(name, (checksum, file))| {
+        .map(|(name, whole)| {
             let (state, _) = &outcome.tensors[&name];
+            let dist = resolved_dist(&state.dist, state.shape.len(), ranks);
             let record = TensorRecord {
                 shape: state.shape.clone(),
                 dtype: state.dtype,
                 layout: state.layout,
-                distribution: serde_json::to_value(resolved_dist(
-                    &state.dist,
-                    state.shape.len(),
-                    ranks,
-                ))
-                .expect("a distribution serializes"),
-                checksum,
-                shards: shards
-                    .iter()
+                distribution: serde_json::to_value(dist).expect("a distribution serializes"),
+                checksum: whole.checksum,
+                shards: (shards.iter())
                     .filter(|(n, _)| *n == name)
                     .map(|(_, s)| s.clone())
                     .collect(),
-                file: file.as_ref().map(|f| f.0.clone()),
-                file_checksum: file.map(|f| f.1),
+                file: whole.gathered.as_ref().map(|g| g.file.clone()),
+                file_checksum: whole.gathered.map(|g| g.checksum),
             };
             (name, record)
         })
@@ -341,6 +327,43 @@ fn manifest<B: Backend>(
         steps,
         tensors,
         planned_peak_bytes_per_rank: Some(plan.peak_bytes_per_rank),
+    }
+}
+
+/// A step's record in the manifest: its times, work rates, check and choices.
+fn step_record(s: &super::StepRecord, planned: &crate::plan::StepPlan) -> manifest::StepRecord {
+    let (min, median, max) = s.min_median_max();
+    let bw = s.bandwidth.filter(|_| median > 0.0).map(|(bytes, factor)| {
+        let alg = bytes / median / 1e9;
+        (alg, alg * factor)
+    });
+    manifest::StepRecord {
+        name: s.name.clone(),
+        op: s.op.to_string(),
+        algorithm: planned.algorithm().map(str::to_string),
+        iterations: s.times.len() as u64,
+        warmup: u64::from(s.warmup),
+        time_s: TimeStats { min, median, max },
+        tflops: s.flops.filter(|_| median > 0.0).map(|f| f / median / 1e12),
+        algbw_gbs: bw.map(|b| b.0),
+        busbw_gbs: bw.map(|b| b.1),
+        check: s.check.map(|c| CheckRecord {
+            passed: c.passed,
+            max_error: c.max_error,
+        }),
+        via: s.via.map(|c| {
+            let [nccl_s, nvshmem_s] = c.trials.unwrap_or([0.0; 2]);
+            ViaRecord {
+                chosen: c.way.name().to_string(),
+                nccl_s,
+                nvshmem_s,
+            }
+        }),
+        pipeline: s.pipeline.map(|Chosen { way, trials }| PipelineRecord {
+            chosen: way.name().to_string(),
+            rounds_s: trials.map(|t| t[0]),
+            whole_s: trials.map(|t| t[1]),
+        }),
     }
 }
 

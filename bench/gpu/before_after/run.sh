@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # One GPU, two builds in the same command: each spec here (FFT c2c c64 512^3, matmul f16 8192^3,
-# a local C -> F redistribution and a checked, written all_reduce) with the OLD and the NEW
+# a local C -> F redistribution and a checked, written all_reduce; nv.toml: a matmul, an
+# all_gather and an FFT on NVSHMEM's symmetric heap, checked) with the OLD and the NEW
 # binary in turn, 3 rounds; prints each step's median time, the plan's peak and each rank's
 # measured memory, and each run's wall time.
 #
 #   bench/gpu/before_after/run.sh OLD_BINARY NEW_BINARY
 set -uo pipefail
-cd "$(dirname "$0")"
 old=$(realpath "$1") new=$(realpath "$2")
+cd "$(dirname "$0")"
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 out=$(mktemp -d)
 for round in 1 2 3; do
-  for s in fft mm mv; do
+  for s in fft mm mv nv; do
     for bin in "$old" "$new"; do
       rm -rf "$out/run"
       /usr/bin/time -f "wall %e s" "$bin" run "$s.toml" --out "$out/run" -q > /dev/null 2> "$out/err" \

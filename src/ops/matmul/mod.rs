@@ -29,7 +29,7 @@ use super::movement::{Movement, Staged, local_bytes};
 use crate::backend::{Backend, Fused, Out};
 use crate::dist::Placement;
 use crate::dist::TensorState;
-use crate::spec::step::{BiasPer, Epilog};
+use crate::spec::step::{BiasPer, Epilog, ReduceOp};
 use crate::spec::tensor::{Distribution, Layout};
 use anyhow::Result;
 use chunks::{Gathered, Pipeline};
@@ -171,108 +171,42 @@ impl<B: Backend> PreparedMatmul<B> {
         Ways { keep_pre, rounds }: Ways,
     ) -> Result<Self> {
         let (ranks, rank) = (b.ranks() as u64, b.rank() as u64);
-        let (sa, sb) = (&inputs[0], &inputs[1]);
-        let (ta, tb) = (step.transpose_a, step.transpose_b);
+        let sa = &inputs[0];
         let natural = choice.natural.clone();
-        let (target_a, target_b, reduction) = targets(step, choice, (sa, sb), out, ranks);
-        // An operand gathered whole arrives in pieces whose GEMMs overlap the movement of the
-        // next (chunks.rs); the operand itself then stays where it is. Where it cannot, it is
-        // gathered in one exchange, as planned.
-        let gathers = |t: &Target, s: &TensorState| {
-            matches!(t, Target::Dist(Distribution::Replicated))
-                && s.dist != Distribution::Replicated
-        };
-        let (gather_a, gather_b) = (gathers(&target_a, sa), gathers(&target_b, sb));
-        let (mut a, mut bop) = (None, None);
-        let chunks = match (choice.algorithm, gather_a, gather_b) {
-            _ if !rounds => None,
-            (MatmulAlgorithm::Summa, ..) => {
-                let conjugate = (step.conjugate_a, step.conjugate_b);
-                chunks::summa(b, sa, sb, conjugate)?
-            }
-            (_, true, false) => {
-                let other = Operand::new(b, sb, target_b.clone(), tb, step.conjugate_b)?;
-                let view = other.view;
-                bop = Some(other);
-                chunks::ring(b, Gathered::A, sa, (ta, step.conjugate_a), view)?
-            }
-            (_, false, true) => {
-                let other = Operand::new(b, sa, target_a.clone(), ta, step.conjugate_a)?;
-                let view = other.view;
-                a = Some(other);
-                chunks::ring(b, Gathered::B, sb, (tb, step.conjugate_b), view)?
-            }
-            _ => None,
-        };
-        // A gathered operand that arrives in pieces stays where it is.
-        let target = |t: Target, s: &TensorState| match chunks {
-            Some(_) => Target::Dist(s.dist.clone()),
-            None => t,
-        };
-        let a = match a {
-            Some(a) => a,
-            None => Operand::new(b, sa, target(target_a, sa), ta, step.conjugate_a)?,
-        };
-        let bop = match bop {
-            Some(bop) => bop,
-            None => Operand::new(b, sb, target(target_b, sb), tb, step.conjugate_b)?,
-        };
-        let natural_intervals = Placement::new(&natural, &out.shape, ranks).intervals(rank);
-        let rows: Vec<u64> = natural_intervals
-            .as_ref()
-            .map(|iv| iv[0].iter().flat_map(|&(lo, hi)| lo..hi).collect())
-            .unwrap_or_default();
-        let columns: Vec<u64> = natural_intervals
-            .as_ref()
-            .map(|iv| iv[1].iter().flat_map(|&(lo, hi)| lo..hi).collect())
-            .unwrap_or_default();
-        let cols = columns.len();
+        let Factors {
+            a,
+            b: bop,
+            reduction,
+            chunks,
+        } = operands(b, step, choice, inputs, out, rounds)?;
+        let (rows, columns) = product_indices(&natural, out, ranks, rank);
         let (m_loc, n_loc) = match &chunks {
-            Some(_) => (rows.len(), cols),
+            Some(_) => (rows.len(), columns.len()),
             None => (a.view.dims().0, bop.view.dims().1),
         };
-        let compute = local::compute_dtype(sa.dtype);
-        let csize = compute.size() as usize;
-        // Slices of k add into the product (written straight into a half-type result, they
-        // round it once per slice); the epilog comes once, after the last.
-        let accumulates = chunks.as_ref().is_some_and(|p| p.accumulates());
+        let csize = local::compute_dtype(sa.dtype).size() as usize;
         // A partial result's addends go to rank 0 alone (its pieces add up to the result), so
         // they never fuse into the GEMM.
         let partial = natural == Distribution::Partial;
         let adds_here = !partial || rank == 0;
+        // Slices of k add into the product (written straight into a half-type result, they
+        // round it once per slice); the epilog comes once, after the last.
+        let accumulates = chunks.as_ref().is_some_and(|p| p.accumulates());
         let fused = matches!(reduction, Reduction::None)
             && !partial
             && step.c.is_none()
             && !accumulates
-            && fusable(
-                step.epilog,
-                step.bias_per,
-                out.layout,
-                (&rows, &columns),
-                keep_pre,
-            )
-            .is_some_and(|e| b.fuses(sa.dtype, e));
+            && fusable(step.epilog, step.bias_per, out.layout, (&rows, &columns), keep_pre)
+                .is_some_and(|e| b.fuses(sa.dtype, e));
         let direct = writes_directly(step, &reduction, fused);
         let acc = b.zeros(if direct { 0 } else { m_loc * n_loc * csize })?;
         let natural_state = natural_state(&natural, out, direct);
         let reduced = match &reduction {
             Reduction::None => b.zeros(0)?,
-            _ => b.zeros(rows.len() * cols * csize)?,
+            _ => b.zeros(rows.len() * columns.len() * csize)?,
         };
-        let c = match (&step.c, inputs.get(2)) {
-            (Some(_), Some(sc)) => {
-                let pieces = addend_pieces(&natural_state, ranks);
-                Some(Operand::new(b, sc, Target::Pieces(pieces), false, false)?)
-            }
-            _ => None,
-        };
-        let bias = match (&step.bias, inputs.last()) {
-            (Some(_), Some(sbias)) => {
-                let to = bias_target(&natural);
-                Some(Operand::new(b, sbias, Target::Dist(to), false, false)?)
-            }
-            _ => None,
-        };
+        let c = addend(b, step, inputs, &natural_state)?;
+        let bias = bias(b, step, inputs, &natural)?;
         let natural_buf = b.zeros(local_bytes(&natural_state, ranks, rank))?;
         let to_out = match moves_result(&natural_state, out) {
             false => None,
@@ -311,26 +245,48 @@ impl<B: Backend> PreparedMatmul<B> {
         self.chunks.is_some()
     }
 
-    /// Runs the matmul once on the operands' buffers (a, b, c?, bias?).
+    /// Runs the matmul once on the operands' buffers (a, b, c?, bias?): the GEMM (in chunks
+    /// where an operand moves in rounds), the reduction of partial products, the addends and
+    /// activation, the move to the result's distribution.
     pub fn run(&mut self, b: &B, inputs: &[&B::Buf]) -> Result<()> {
+        self.gemm(b, inputs)?;
+        if !self.direct {
+            let compute = local::compute_dtype(self.dtype);
+            match &self.reduction {
+                Reduction::None => {}
+                Reduction::Scatter(counts) => {
+                    let (acc, out) = (&self.acc, &mut self.reduced);
+                    b.reduce_scatter(acc, out, counts, compute, ReduceOp::Sum)?
+                }
+                Reduction::All => {
+                    b.all_reduce(&self.acc, &mut self.reduced, compute, ReduceOp::Sum)?
+                }
+            }
+            self.finish(b, inputs)?;
+        }
+        if let Some(staged) = &mut self.to_out {
+            staged.run(b, &self.natural)?;
+        }
+        Ok(())
+    }
+
+    /// The GEMM, into the result itself (in its layout and dtype) where it writes it directly,
+    /// else into the accumulator; with a fused epilog, its bias and activation too.
+    fn gemm(&mut self, b: &B, inputs: &[&B::Buf]) -> Result<()> {
         let dtype = self.dtype;
         let alpha = (self.step.alpha, 0.0);
         let (va, vb) = (self.a.view, self.b.view);
         let pa = self.a.piece(b, inputs[0])?;
         let pb = self.b.piece(b, inputs[1])?;
-        let compute = local::compute_dtype(dtype);
-        // The GEMM's target: the result itself (in its layout and dtype), or the accumulator.
         let dims = (self.rows.len(), self.columns.len());
         let (target, tdtype, layout, dims) = if self.direct {
             (&mut self.natural, dtype, self.natural_state.layout, dims)
         } else {
-            let n = vb.dims().1;
-            let dims = if self.chunks.is_some() {
-                dims
-            } else {
-                (va.dims().0, n)
+            let dims = match self.chunks {
+                Some(_) => dims,
+                None => (va.dims().0, vb.dims().1),
             };
-            (&mut self.acc, compute, Layout::C, dims)
+            (&mut self.acc, local::compute_dtype(dtype), Layout::C, dims)
         };
         // A fused epilog's bias: the whole vector, its entry for the first local row (or column,
         // for a bias per column).
@@ -342,74 +298,38 @@ impl<B: Backend> PreparedMatmul<B> {
             (Some(op), true) => Some((op.piece(b, inputs[2])?, first.map_or(0, |&r| r as usize))),
             _ => None,
         };
-        let fused = self
-            .step
-            .epilog
+        let fused = (self.step.epilog)
             .filter(|_| self.fused)
             .map(|epilog| Fused { epilog, bias });
-        match &mut self.chunks {
-            None => gemm_block(
-                b,
-                dtype,
-                (pa, va),
-                (pb, vb),
-                alpha,
-                (target, tdtype, layout, dims),
-                ((0, 0), false),
-                fused,
-            )?,
-            Some(pipeline) => {
-                let marks = pipeline.queue(b, inputs[0], inputs[1])?;
-                let rounds = &pipeline.rounds;
-                for c in &pipeline.chunks {
-                    for r in [c.a, c.b].into_iter().flatten() {
-                        pipeline.wait(b, r, &marks)?;
-                    }
-                    let ca = c.a.map_or(pa, |r| rounds[r].arrival.piece());
-                    let cb = c.b.map_or(pb, |r| rounds[r].arrival.piece());
-                    gemm_block(
-                        b,
-                        dtype,
-                        (ca, c.va),
-                        (cb, c.vb),
-                        alpha,
-                        (&mut *target, tdtype, layout, dims),
-                        (c.at, c.accumulate),
-                        fused,
-                    )?;
-                }
-                pipeline.finish(b, &marks)?;
+        let target = (target, tdtype, layout, dims);
+        let Some(pipeline) = &mut self.chunks else {
+            let (a, b_) = ((pa, va), (pb, vb));
+            return gemm_block(b, dtype, a, b_, alpha, target, ((0, 0), false), fused);
+        };
+        let marks = pipeline.queue(b, inputs[0], inputs[1])?;
+        let rounds = &pipeline.rounds;
+        for c in &pipeline.chunks {
+            for r in [c.a, c.b].into_iter().flatten() {
+                pipeline.wait(b, r, &marks)?;
             }
+            let ca = c.a.map_or(pa, |r| rounds[r].arrival.piece());
+            let cb = c.b.map_or(pb, |r| rounds[r].arrival.piece());
+            let block = (&mut *target.0, target.1, target.2, target.3);
+            let (a, b_) = ((ca, c.va), (cb, c.vb));
+            gemm_block(b, dtype, a, b_, alpha, block, (c.at, c.accumulate), fused)?;
         }
-        if self.direct {
-            if let Some(staged) = &mut self.to_out {
-                staged.run(b, &self.natural)?;
-            }
-            return Ok(());
-        }
+        pipeline.finish(b, &marks)
+    }
+
+    /// The result from the (reduced) product: `+ beta * c`, the bias and the activation,
+    /// rounded to the dtype; a plain copy where none applies. The addends move on every rank
+    /// (collectively); a partial result's rank 0 alone adds them.
+    fn finish(&mut self, b: &B, inputs: &[&B::Buf]) -> Result<()> {
+        let dtype = self.dtype;
         let product = match &self.reduction {
             Reduction::None => &self.acc,
-            Reduction::Scatter(counts) => {
-                b.reduce_scatter(
-                    &self.acc,
-                    &mut self.reduced,
-                    counts,
-                    compute,
-                    crate::spec::step::ReduceOp::Sum,
-                )?;
-                &self.reduced
-            }
-            Reduction::All => {
-                b.all_reduce(
-                    &self.acc,
-                    &mut self.reduced,
-                    compute,
-                    crate::spec::step::ReduceOp::Sum,
-                )?;
-                &self.reduced
-            }
+            Reduction::Scatter(_) | Reduction::All => &self.reduced,
         };
-        // The addends move on every rank (collectively); a partial result's rank 0 alone adds them.
         let mut extra = 2;
         let c = match (&mut self.c, self.step.c.as_ref()) {
             (Some(op), Some(_)) => {
@@ -430,28 +350,15 @@ impl<B: Backend> PreparedMatmul<B> {
             }
             None => None,
         };
-        let plain = c.is_none() && bias.is_none() && self.step.epilog.is_none() && compute == dtype;
-        if plain {
+        let compute = local::compute_dtype(dtype);
+        if c.is_none() && bias.is_none() && self.step.epilog.is_none() && compute == dtype {
             // The product is the result: copy it as it is.
-            let n = b.len(product) / dtype.size() as usize;
-            let all = [Run::contiguous(0, 0, n)];
-            b.copy_runs(product, &mut self.natural, &all, dtype.size() as usize)?;
-        } else {
-            let add = Addends { c, bias };
-            b.finish(
-                dtype,
-                product,
-                self.columns.len(),
-                &add,
-                self.step.epilog,
-                &mut self.natural,
-                self.pre.as_mut(),
-            )?;
+            let all = [Run::contiguous(0, 0, b.len(product) / dtype.size() as usize)];
+            return b.copy_runs(product, &mut self.natural, &all, dtype.size() as usize);
         }
-        if let Some(staged) = &mut self.to_out {
-            staged.run(b, &self.natural)?;
-        }
-        Ok(())
+        let add = Addends { c, bias };
+        let (cols, epilog) = (self.columns.len(), self.step.epilog);
+        b.finish(dtype, product, cols, &add, epilog, &mut self.natural, self.pre.as_mut())
     }
 
     /// The result of the last run, and (for a nonlinear epilog's check) the pre-activation values
@@ -472,6 +379,117 @@ impl<B: Backend> PreparedMatmul<B> {
             None => (self.natural, pre),
         }
     }
+}
+
+/// What the GEMM multiplies, and how: see [`operands`].
+struct Factors<B: Backend> {
+    a: Operand<B>,
+    b: Operand<B>,
+    reduction: Reduction,
+    chunks: Option<Pipeline<B>>,
+}
+
+/// The operands a and b moved (or planned to move) to where the GEMM multiplies them, how the
+/// partial products combine, and where an operand gathered whole arrives in rounds whose GEMMs
+/// overlap the movement of the next (chunks.rs), the pipeline (the operand itself then stays
+/// where it is; where it cannot, it is gathered in one exchange, as planned).
+fn operands<B: Backend>(
+    b: &B,
+    step: &Matmul,
+    choice: &MatmulChoice,
+    inputs: &[TensorState],
+    out: &TensorState,
+    rounds: bool,
+) -> Result<Factors<B>> {
+    let (sa, sb) = (&inputs[0], &inputs[1]);
+    let (ta, tb) = (step.transpose_a, step.transpose_b);
+    let (target_a, target_b, reduction) = targets(step, choice, (sa, sb), out, b.ranks() as u64);
+    let gathers = |t: &Target, s: &TensorState| {
+        matches!(t, Target::Dist(Distribution::Replicated)) && s.dist != Distribution::Replicated
+    };
+    let (mut a, mut bop) = (None, None);
+    let chunks = match (choice.algorithm, gathers(&target_a, sa), gathers(&target_b, sb)) {
+        _ if !rounds => None,
+        (MatmulAlgorithm::Summa, ..) => {
+            chunks::summa(b, sa, sb, (step.conjugate_a, step.conjugate_b))?
+        }
+        (_, true, false) => {
+            let other = Operand::new(b, sb, target_b.clone(), tb, step.conjugate_b)?;
+            let view = other.view;
+            bop = Some(other);
+            chunks::ring(b, Gathered::A, sa, (ta, step.conjugate_a), view)?
+        }
+        (_, false, true) => {
+            let other = Operand::new(b, sa, target_a.clone(), ta, step.conjugate_a)?;
+            let view = other.view;
+            a = Some(other);
+            chunks::ring(b, Gathered::B, sb, (tb, step.conjugate_b), view)?
+        }
+        _ => None,
+    };
+    // A gathered operand that arrives in pieces stays where it is.
+    let target = |t: Target, s: &TensorState| match chunks {
+        Some(_) => Target::Dist(s.dist.clone()),
+        None => t,
+    };
+    let a = match a {
+        Some(a) => a,
+        None => Operand::new(b, sa, target(target_a, sa), ta, step.conjugate_a)?,
+    };
+    let bop = match bop {
+        Some(bop) => bop,
+        None => Operand::new(b, sb, target(target_b, sb), tb, step.conjugate_b)?,
+    };
+    Ok(Factors {
+        a,
+        b: bop,
+        reduction,
+        chunks,
+    })
+}
+
+/// The global row of every local row, and the global column of every local column, of the
+/// product where the algorithm leaves it (`natural`).
+fn product_indices(
+    natural: &Distribution,
+    out: &TensorState,
+    ranks: u64,
+    rank: u64,
+) -> (Vec<u64>, Vec<u64>) {
+    let intervals = Placement::new(natural, &out.shape, ranks).intervals(rank);
+    let along = |axis: usize| {
+        (intervals.as_ref())
+            .map(|iv| iv[axis].iter().flat_map(|&(lo, hi)| lo..hi).collect())
+            .unwrap_or_default()
+    };
+    (along(0), along(1))
+}
+
+/// The addend c, planned to move beside the product (`natural`: where the algorithm leaves it).
+fn addend<B: Backend>(
+    b: &B,
+    step: &Matmul,
+    inputs: &[TensorState],
+    natural: &TensorState,
+) -> Result<Option<Operand<B>>> {
+    let (Some(_), Some(sc)) = (&step.c, inputs.get(2)) else {
+        return Ok(None);
+    };
+    let pieces = addend_pieces(natural, b.ranks() as u64);
+    Operand::new(b, sc, Target::Pieces(pieces), false, false).map(Some)
+}
+
+/// The bias, planned to move beside the product (`natural`: where the algorithm leaves it).
+fn bias<B: Backend>(
+    b: &B,
+    step: &Matmul,
+    inputs: &[TensorState],
+    natural: &Distribution,
+) -> Result<Option<Operand<B>>> {
+    let (Some(_), Some(sbias)) = (&step.bias, inputs.last()) else {
+        return Ok(None);
+    };
+    Operand::new(b, sbias, Target::Dist(bias_target(natural)), false, false).map(Some)
 }
 
 /// The epilog the GEMM may apply itself where the backend fuses it. A fused bias runs along the
