@@ -12,10 +12,10 @@ use crate::backend::{Backend, Out};
 use crate::spec::step::{BiasPer, Epilog};
 use crate::spec::tensor::{DType, Layout};
 use anyhow::{Result, anyhow};
-use cudarc::cublas::result as cublas;
 use cudarc::cublas::sys::{
     self, cublasComputeType_t, cublasGemmAlgo_t, cublasHandle_t, cublasOperation_t, cudaDataType,
 };
+use cudarc::cublas::{CudaBlas, result as cublas};
 use cudarc::driver::{DevicePtr, DevicePtrMut, PushKernelArg};
 
 /// The epilog kernel and a conjugating copy. Element types by code: 0 f16, 1 bf16, 2 f32,
@@ -188,18 +188,6 @@ pub fn scalar_bytes(kind: ScalarKind, v: (f64, f64)) -> Vec<u8> {
     }
 }
 
-/// A cuBLAS handle on the rank's stream.
-pub struct Handle(cublasHandle_t);
-
-impl Drop for Handle {
-    fn drop(&mut self) {
-        // SAFETY: the handle this module created, destroyed once.
-        unsafe {
-            let _ = cublas::destroy_handle(self.0);
-        }
-    }
-}
-
 fn blas_err(e: cublas::CublasError) -> anyhow::Error {
     anyhow!("cuBLAS: {e:?}")
 }
@@ -208,13 +196,12 @@ impl Cuda<'_> {
     /// The cuBLAS handle, made on first use (a run without matmul never loads cuBLAS).
     fn blas(&self) -> Result<cublasHandle_t> {
         if let Some(h) = self.blas.get() {
-            return Ok(h.0);
+            return Ok(*h.handle());
         }
         probe::require(&[probe::Lib::Cublas])?;
-        let h = Handle(cublas::create_handle().map_err(blas_err)?);
-        // SAFETY: a fresh handle and this rank's stream.
-        unsafe { cublas::set_stream(h.0, self.stream.cu_stream() as _) }.map_err(blas_err)?;
-        Ok(self.blas.get_or_init(|| h).0)
+        // cudarc's handle, on this rank's stream, destroyed when the backend drops.
+        let h = CudaBlas::new(self.stream.clone()).map_err(blas_err)?;
+        Ok(*self.blas.get_or_init(|| h).handle())
     }
 
     /// The device address of an operand for cuBLAS: the piece, or a conjugated copy of it

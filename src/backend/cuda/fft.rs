@@ -8,9 +8,10 @@ use crate::backend::Backend;
 use crate::backend::work::{AxisOp, Phase};
 use crate::spec::tensor::DType;
 use anyhow::{Result, anyhow};
-use cudarc::cufft::{result as cufft, sys};
-use cudarc::driver::{DevicePtr, DevicePtrMut, PushKernelArg};
+use cudarc::cufft::{CudaFft, result as cufft, sys};
+use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, PushKernelArg};
 use std::ffi::c_int;
+use std::sync::Arc;
 
 /// The scaling kernel (normalisation): `x *= s` on n reals; the one-point real transforms
 /// (cuFFT squeezes a length-1 axis out of a plan, which would make another axis the real one):
@@ -310,21 +311,11 @@ fn strided(transform: Transform, axis: usize, shape: &[usize]) -> Group {
     }
 }
 
-/// A cuFFT plan (none for a one-point real transform) and the group it computes.
+/// A cuFFT plan (none for a one-point real transform; cudarc's, destroyed when dropped) and the
+/// group it computes.
 pub struct Plan {
-    handle: Option<sys::cufftHandle>,
+    cufft: Option<CudaFft>,
     group: Group,
-}
-
-impl Drop for Plan {
-    fn drop(&mut self) {
-        if let Some(h) = self.handle {
-            // SAFETY: a plan this module made, destroyed once.
-            unsafe {
-                let _ = cufft::destroy(h);
-            }
-        }
-    }
 }
 
 fn cufft_err(e: cufft::CufftError) -> anyhow::Error {
@@ -346,42 +337,30 @@ fn plan_type(t: Transform, precision: DType) -> sys::cufftType {
 
 impl Plan {
     /// Makes the plan of `group` on `stream`.
-    fn new(group: Group, precision: DType, stream: sys::cudaStream_t) -> Result<Self> {
+    fn new(group: Group, precision: DType, stream: &Arc<CudaStream>) -> Result<Self> {
         if group.one_point() {
-            return Ok(Plan {
-                handle: None,
-                group,
-            });
+            return Ok(Plan { cufft: None, group });
         }
         let int =
             |x: usize| c_int::try_from(x).map_err(|_| anyhow!("FFT too large for cuFFT: {x}"));
-        let mut n: Vec<c_int> = group.dims.iter().map(|&d| int(d)).collect::<Result<_>>()?;
-        let mut embed = n.clone();
-        let embed_ptr = if group.strided() {
-            embed.as_mut_ptr()
-        } else {
-            std::ptr::null_mut()
-        };
-        // SAFETY: `n` and `embed` outlive the call; cuFFT copies them.
-        let handle = unsafe {
-            cufft::plan_many(
-                n.len() as c_int,
-                n.as_mut_ptr(),
-                embed_ptr,
-                int(group.stride)?,
-                int(group.dist.input)?,
-                embed_ptr,
-                int(group.stride)?,
-                int(group.dist.output)?,
-                plan_type(group.transform, precision),
-                int(group.batch)?,
-            )
-        }
+        let n: Vec<c_int> = group.dims.iter().map(|&d| int(d)).collect::<Result<_>>()?;
+        let embed = group.strided().then_some(&n[..]);
+        let stride = int(group.stride)?;
+        let cufft = CudaFft::plan_many(
+            &n,
+            embed,
+            stride,
+            int(group.dist.input)?,
+            embed,
+            stride,
+            int(group.dist.output)?,
+            plan_type(group.transform, precision),
+            int(group.batch)?,
+            stream.clone(),
+        )
         .map_err(cufft_err)?;
-        // SAFETY: a valid plan and this rank's stream.
-        unsafe { cufft::set_stream(handle, stream) }.map_err(cufft_err)?;
         Ok(Plan {
-            handle: Some(handle),
+            cufft: Some(cufft),
             group,
         })
     }
@@ -425,8 +404,8 @@ impl Cuda<'_> {
     /// Runs one plan from `src` into `dst` (device addresses): cuFFT's, or a one-point real
     /// transform's conversion.
     fn run_plan(&self, plan: &Plan, src: u64, dst: u64, precision: DType) -> Result<()> {
-        if let Some(h) = plan.handle {
-            return plan.exec(h, src, dst, precision);
+        if let Some(cufft) = &plan.cufft {
+            return plan.exec(cufft.handle(), src, dst, precision);
         }
         let f = match plan.group.transform {
             Transform::R2c => &self.kernels.real_to_complex,
@@ -512,7 +491,7 @@ impl Cuda<'_> {
             None => {
                 let plans = groups(&key)
                     .into_iter()
-                    .map(|g| Plan::new(g, precision, self.stream.cu_stream() as _))
+                    .map(|g| Plan::new(g, precision, &self.stream))
                     .collect::<Result<Vec<_>>>()?;
                 cache.push(CachedPlans {
                     precision,

@@ -228,7 +228,7 @@ pub struct Cuda<'a> {
     on_side: Cell<bool>,
     kernels: Kernels,
     nccl: nccl_sys::ncclComm_t,
-    blas: OnceCell<blas::Handle>,
+    blas: OnceCell<cudarc::cublas::CudaBlas>,
     /// cuBLASLt, for GEMMs with a fused epilog (made on first use).
     lt: OnceCell<lt::Lt>,
     /// NVSHMEM, when the spec's backends name it (its symmetric buffers take puts).

@@ -95,6 +95,66 @@ fn back_by_rows(kind: FftKind, s0: usize, out: &TensorState, ranks: usize) -> bo
         && out.layout == Layout::C
 }
 
+/// The two local phases of an FFT on `rank`: first every axis the working slab holds whole
+/// (r2c's last first, c2r's last held back), then the axis the first slab split and c2r's last.
+/// The norm's scale comes with the second, unless that one runs row batch by row batch on the way
+/// back to x-slabs (then with the first: the FFT is linear).
+fn phases(step: &Fft, input: &TensorState, out: &TensorState, (ranks, rank): (u64, u64)) -> [Phase; 2] {
+    let nd = input.shape.len();
+    let last = nd - 1;
+    let s0 = working_slab(step.kind, nd, &input.dist);
+    let inverse = step.direction == FftDirection::Inverse;
+    let local_shape = |dist: Distribution, state: &TensorState| -> Vec<usize> {
+        Placement::new(&dist, &state.shape, ranks)
+            .local_shape(rank)
+            .unwrap_or_default()
+            .iter()
+            .map(|&n| n as usize)
+            .collect()
+    };
+    let mut ops1 = Vec::new();
+    if step.kind == FftKind::R2c {
+        ops1.push(AxisOp::R2c);
+    }
+    for axis in (0..nd).rev().filter(|&a| a != s0) {
+        if axis == last && step.kind != FftKind::C2c {
+            continue;
+        }
+        ops1.push(AxisOp::C2c { axis, inverse });
+    }
+    let mut ops2 = Vec::new();
+    if !(step.kind == FftKind::C2r && s0 == last) {
+        ops2.push(AxisOp::C2c { axis: s0, inverse });
+    }
+    if step.kind == FftKind::C2r {
+        ops2.push(AxisOp::C2r {
+            n: out.shape[last] as usize,
+        });
+    }
+    let real_shape = match step.kind {
+        FftKind::C2r => &out.shape,
+        FftKind::C2c | FftKind::R2c => &input.shape,
+    };
+    let n: f64 = real_shape.iter().map(|&x| x as f64).product();
+    let s = Some(scale(step.norm, step.direction, n)).filter(|&s| s != 1.0);
+    let by_rows = back_by_rows(step.kind, s0, out, ranks as usize);
+    let middle = middle(step, input, out, s0);
+    [
+        Phase {
+            shape: local_shape(Distribution::slab(s0), input),
+            ops: ops1,
+            scale: s.filter(|_| by_rows),
+            rows: None,
+        },
+        Phase {
+            shape: local_shape(Distribution::slab(1 - s0), &middle),
+            ops: ops2,
+            scale: s.filter(|_| !by_rows),
+            rows: None,
+        },
+    ]
+}
+
 /// The move from the first phase's slab to the second's.
 enum Transpose<B: Backend> {
     /// After the whole first phase, in one exchange.
@@ -129,13 +189,8 @@ impl<B: Backend> PreparedFft<B> {
     /// Prepares an FFT from its input's state to its result's.
     pub fn new(b: &B, step: &Fft, input: &TensorState, out: &TensorState) -> Result<Self> {
         let (ranks, rank) = (b.ranks() as u64, b.rank() as u64);
-        let nd = input.shape.len();
-        let last = nd - 1;
-        let s0 = working_slab(step.kind, nd, &input.dist);
-        let s1 = 1 - s0;
-        let inverse = step.direction == FftDirection::Inverse;
+        let s0 = working_slab(step.kind, input.shape.len(), &input.dist);
         let middle = middle(step, input, out, s0);
-        let precision = middle.dtype;
         let work_in = TensorState {
             dist: Distribution::slab(s0),
             layout: Layout::C,
@@ -147,44 +202,10 @@ impl<B: Backend> PreparedFft<B> {
             let m = Movement::new(input, &work_in, ranks, rank);
             Some(Staged::new(b, m, local_bytes(&work_in, ranks, rank))?)
         };
-        let local_shape = |state: &TensorState| -> Vec<usize> {
-            Placement::new(&state.dist, &state.shape, ranks)
-                .local_shape(rank)
-                .unwrap_or_default()
-                .iter()
-                .map(|&n| n as usize)
-                .collect()
-        };
-        // Phase 1: every axis the working slab holds whole (r2c's last first, c2r's last held back).
-        let mut ops1 = Vec::new();
-        if step.kind == FftKind::R2c {
-            ops1.push(AxisOp::R2c);
-        }
-        for axis in (0..nd).rev().filter(|&a| a != s0) {
-            if axis == last && step.kind != FftKind::C2c {
-                continue;
-            }
-            ops1.push(AxisOp::C2c { axis, inverse });
-        }
-        // The norm's scale: with the second phase, unless that phase is to run row batch by
-        // row batch on the way back to x-slabs (then with the first: the FFT is linear).
-        let real_shape = if step.kind == FftKind::C2r {
-            &out.shape
-        } else {
-            &input.shape
-        };
-        let n: f64 = real_shape.iter().map(|&x| x as f64).product();
-        let s = Some(scale(step.norm, step.direction, n)).filter(|&s| s != 1.0);
-        let back_by_rows = back_by_rows(step.kind, s0, out, ranks as usize);
-        let phase1 = Phase {
-            shape: local_shape(&work_in),
-            ops: ops1,
-            scale: s.filter(|_| back_by_rows),
-            rows: None,
-        };
+        let [phase1, phase2] = phases(step, input, out, (ranks, rank));
         let after1 = b.zeros(local_bytes(&middle, ranks, rank))?;
         let transposed = TensorState {
-            dist: Distribution::slab(s1),
+            dist: Distribution::slab(1 - s0),
             ..middle.clone()
         };
         let transpose = match Batched::new(b, &middle, &phase1)? {
@@ -195,38 +216,24 @@ impl<B: Backend> PreparedFft<B> {
                 local_bytes(&transposed, ranks, rank),
             )?)),
         };
-        // Phase 2: the axis the first slab split, then c2r's last axis; the norm's scale.
-        let mut ops2 = Vec::new();
-        if !(step.kind == FftKind::C2r && s0 == last) {
-            ops2.push(AxisOp::C2c { axis: s0, inverse });
-        }
-        if step.kind == FftKind::C2r {
-            ops2.push(AxisOp::C2r {
-                n: out.shape[last] as usize,
-            });
-        }
-        let phase2 = Phase {
-            shape: local_shape(&transposed),
-            ops: ops2,
-            scale: s.filter(|_| !back_by_rows),
-            rows: None,
-        };
         let natural = TensorState {
-            dist: Distribution::slab(s1),
+            dist: Distribution::slab(1 - s0),
             layout: Layout::C,
             ..out.clone()
         };
         let after2 = b.zeros(local_bytes(&natural, ranks, rank))?;
         let back = if natural == *out {
             Back::None
-        } else if back_by_rows && let Some(p) = BatchedBack::new(b, &natural, &phase2)? {
+        } else if back_by_rows(step.kind, s0, out, ranks as usize)
+            && let Some(p) = BatchedBack::new(b, &natural, &phase2)?
+        {
             Back::Batched(p)
         } else {
             let m = Movement::new(&natural, out, ranks, rank);
             Back::Whole(Box::new(Staged::new(b, m, local_bytes(out, ranks, rank))?))
         };
         Ok(PreparedFft {
-            precision,
+            precision: middle.dtype,
             to_work,
             phase1,
             after1,
