@@ -93,6 +93,45 @@ pub struct Plan {
     pub peak_bytes_per_rank: u64,
 }
 
+/// A resolved tensor's plan for `ranks` ranks (None for one never made), live to `end` where
+/// given, else to its last use.
+fn tensor_plan(info: &resolve::TensorInfo, ranks: u64, end: Option<usize>) -> Option<TensorPlan> {
+    let first_state = info.states.first()?;
+    let mut bytes_per_rank = vec![0u64; ranks as usize];
+    for s in &info.states {
+        let placement = Placement::new(&s.dist, &s.shape, ranks);
+        for (r, b) in bytes_per_rank.iter_mut().enumerate() {
+            let local = placement.local_shape(r as u64);
+            let bytes = local.map_or(0, |l| resolve::byte_size(&l, s.dtype).unwrap_or(u64::MAX));
+            *b = (*b).max(bytes);
+        }
+    }
+    let placement = Placement::new(&first_state.dist, &first_state.shape, ranks);
+    let first = match info.init {
+        true => 0,
+        false => info.producer.unwrap_or(0),
+    };
+    let last_use = info
+        .used_by
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(first)
+        .max(first);
+    Some(TensorPlan {
+        state: first_state.clone(),
+        states: info.states.clone(),
+        local_shapes: (0..ranks)
+            .map(|r| placement.local_shape(r).filter(|s| !s.contains(&0)))
+            .collect(),
+        bytes_per_rank,
+        symmetric: info.symmetric.then_some((0, 0)),
+        from_start: info.init,
+        first,
+        last: end.unwrap_or(last_use),
+    })
+}
+
 /// Resolves a loaded spec for `ranks` ranks.
 pub fn plan(loaded: &Loaded, ranks: u64) -> Result<Plan, Vec<Diagnostic>> {
     let resolved = resolve(loaded, Some(ranks))?;
@@ -100,52 +139,11 @@ pub fn plan(loaded: &Loaded, ranks: u64) -> Result<Plan, Vec<Diagnostic>> {
     let written: Vec<&String> = loaded.spec.output.tensors.iter().collect();
     let mut tensors = IndexMap::new();
     for (name, info) in &resolved.tensors {
-        let Some(first_state) = info.states.first() else {
-            continue;
-        };
-        let mut bytes_per_rank = vec![0u64; ranks as usize];
-        for s in &info.states {
-            let placement = Placement::new(&s.dist, &s.shape, ranks);
-            for (r, b) in bytes_per_rank.iter_mut().enumerate() {
-                let local = placement.local_shape(r as u64);
-                let bytes =
-                    local.map_or(0, |l| resolve::byte_size(&l, s.dtype).unwrap_or(u64::MAX));
-                *b = (*b).max(bytes);
-            }
+        // At the end of the run where it is written, else after its last use.
+        let end = written.contains(&name).then_some(n_steps);
+        if let Some(t) = tensor_plan(info, ranks, end) {
+            tensors.insert(name.clone(), t);
         }
-        let placement = Placement::new(&first_state.dist, &first_state.shape, ranks);
-        let first = if info.init {
-            0
-        } else {
-            info.producer.unwrap_or(0)
-        };
-        let last_use = info
-            .used_by
-            .iter()
-            .copied()
-            .max()
-            .unwrap_or(first)
-            .max(first);
-        let last = if written.contains(&name) {
-            n_steps
-        } else {
-            last_use
-        };
-        tensors.insert(
-            name.clone(),
-            TensorPlan {
-                state: first_state.clone(),
-                states: info.states.clone(),
-                local_shapes: (0..ranks)
-                    .map(|r| placement.local_shape(r).filter(|s| !s.contains(&0)))
-                    .collect(),
-                bytes_per_rank,
-                symmetric: info.symmetric.then_some((0, 0)),
-                from_start: info.init,
-                first,
-                last,
-            },
-        );
     }
     let symmetric_tensor_bytes = place_symmetric(&mut tensors);
     let puts = loaded

@@ -49,6 +49,97 @@ pub struct BatchedBack<B: Backend> {
     pub route: Route,
 }
 
+/// How the slabs split over the ranks, as the way back sees them.
+struct Grid {
+    /// (first, count) of each rank's x-planes.
+    xs: Vec<(usize, usize)>,
+    /// (first, count) of each rank's y-rows.
+    ys: Vec<(usize, usize)>,
+    /// This rank.
+    me: usize,
+    /// Rows along y.
+    n1: usize,
+    /// Elements of one (x, y) line.
+    rest: usize,
+    /// Bytes per element.
+    elem: usize,
+    /// Batches.
+    n: usize,
+}
+
+impl Grid {
+    /// Batch `k`: the second phase on its rows, and their way to the peers' x-slabs (packed, or
+    /// put where `can_put`) and this rank's own.
+    fn batch(&self, k: usize, phase2: &Phase, can_put: bool) -> Batch {
+        let Grid {
+            xs,
+            ys,
+            me,
+            n1,
+            rest,
+            elem,
+            n,
+        } = self;
+        let (me, n1, rest, elem, n) = (*me, *n1, *rest, *elem, *n);
+        let ranks = xs.len();
+        let (s1, y0) = (ys[me].1, ys[me].0);
+        let (lo, hi) = planes(s1, k, n);
+        let run = |src, dst, rows: usize| Run::contiguous(src, dst, rows * rest);
+        let mut batch = Batch {
+            phase: (hi > lo).then(|| phase2.on_rows(lo, hi)).flatten(),
+            own: Vec::new(),
+            pack: Vec::new(),
+            to: Parts::packed(&vec![0; ranks]),
+            from: Parts::packed(&vec![0; ranks]),
+            unpack: Vec::new(),
+            puts: Vec::new(),
+        };
+        let (mut sent, mut received) = (0, 0);
+        // Peers in ring order from this rank (puts start as a permutation).
+        for q in (0..ranks).map(|i| (me + i) % ranks) {
+            let (x0, planes_q) = xs[q];
+            let src = |x: usize| (x * s1 + lo) * rest;
+            if q == me {
+                batch.own = (x0..x0 + planes_q)
+                    .map(|x| run(src(x), ((x - x0) * n1 + y0 + lo) * rest, hi - lo))
+                    .collect();
+                continue;
+            }
+            if can_put && hi > lo {
+                batch.puts.push(Put {
+                    peer: q,
+                    src: src(x0) * elem,
+                    dst: (y0 + lo) * rest * elem,
+                    rows: Rows {
+                        width: (hi - lo) * rest * elem,
+                        height: planes_q,
+                        src_pitch: s1 * rest * elem,
+                        dst_pitch: n1 * rest * elem,
+                    },
+                });
+            }
+            // To q: its planes of this batch's rows, plane after plane.
+            let line = (hi - lo) * rest;
+            batch
+                .pack
+                .extend((0..planes_q).map(|i| run(src(x0 + i), sent + i * line, hi - lo)));
+            (batch.to.counts[q], batch.to.displs[q]) = (planes_q * line, sent);
+            sent += planes_q * line;
+            // From q: this rank's planes of q's batch rows, into q's rows here.
+            let (qlo, qhi) = planes(ys[q].1, k, n);
+            let line = (qhi - qlo) * rest;
+            let my_planes = xs[me].1;
+            batch.unpack.extend((0..my_planes).map(|x| {
+                let dst = (x * n1 + ys[q].0 + qlo) * rest;
+                run(received + x * line, dst, qhi - qlo)
+            }));
+            (batch.from.counts[q], batch.from.displs[q]) = (my_planes * line, received);
+            received += my_planes * line;
+        }
+        batch
+    }
+}
+
 impl<B: Backend> BatchedBack<B> {
     /// The batched way from `natural` (the complex y-slab result of `phase2`) back to x-slabs
     /// in C order, for an FFT that goes back by rows (`back_by_rows`, which also leaves the
@@ -71,71 +162,22 @@ impl<B: Backend> BatchedBack<B> {
         let room = slab_room(&natural.shape, elem, ranks, 0);
         let symmetric = b.puts().map(|p| p.symmetric(room)).transpose()?;
         let can_put = symmetric.is_some();
-        let (s1, y0) = (ys[me].1, ys[me].0);
-        let (mut most_sent, mut most_received) = (0, 0);
-        let batches: Vec<Batch> = (0..n)
-            .map(|k| {
-                let (lo, hi) = planes(s1, k, n);
-                let run = |src, dst, rows: usize| Run::contiguous(src, dst, rows * rest);
-                let mut batch = Batch {
-                    phase: (hi > lo).then(|| phase2.on_rows(lo, hi)).flatten(),
-                    own: Vec::new(),
-                    pack: Vec::new(),
-                    to: Parts::packed(&vec![0; ranks]),
-                    from: Parts::packed(&vec![0; ranks]),
-                    unpack: Vec::new(),
-                    puts: Vec::new(),
-                };
-                let (mut sent, mut received) = (0, 0);
-                // Peers in ring order from this rank (puts start as a permutation).
-                for q in (0..ranks).map(|i| (me + i) % ranks) {
-                    let (x0, planes_q) = xs[q];
-                    let src = |x: usize| (x * s1 + lo) * rest;
-                    if q == me {
-                        batch.own = (x0..x0 + planes_q)
-                            .map(|x| run(src(x), ((x - x0) * n1 + y0 + lo) * rest, hi - lo))
-                            .collect();
-                        continue;
-                    }
-                    if can_put && hi > lo {
-                        batch.puts.push(Put {
-                            peer: q,
-                            src: src(x0) * elem,
-                            dst: (y0 + lo) * rest * elem,
-                            rows: Rows {
-                                width: (hi - lo) * rest * elem,
-                                height: planes_q,
-                                src_pitch: s1 * rest * elem,
-                                dst_pitch: n1 * rest * elem,
-                            },
-                        });
-                    }
-                    // To q: its planes of this batch's rows, plane after plane.
-                    let line = (hi - lo) * rest;
-                    batch
-                        .pack
-                        .extend((0..planes_q).map(|i| run(src(x0 + i), sent + i * line, hi - lo)));
-                    (batch.to.counts[q], batch.to.displs[q]) = (planes_q * line, sent);
-                    sent += planes_q * line;
-                    // From q: this rank's planes of q's batch rows, into q's rows here.
-                    let (qlo, qhi) = planes(ys[q].1, k, n);
-                    let line = (qhi - qlo) * rest;
-                    let my_planes = xs[me].1;
-                    batch.unpack.extend((0..my_planes).map(|x| {
-                        run(
-                            received + x * line,
-                            (x * n1 + ys[q].0 + qlo) * rest,
-                            qhi - qlo,
-                        )
-                    }));
-                    (batch.from.counts[q], batch.from.displs[q]) = (my_planes * line, received);
-                    received += my_planes * line;
-                }
-                most_sent = most_sent.max(sent);
-                most_received = most_received.max(received);
-                batch
-            })
-            .collect();
+        let grid = Grid {
+            xs,
+            ys,
+            me,
+            n1,
+            rest,
+            elem,
+            n,
+        };
+        let batches: Vec<Batch> = (0..n).map(|k| grid.batch(k, phase2, can_put)).collect();
+        let most = |f: fn(&Batch) -> &Parts| {
+            let each = batches.iter().map(|b| f(b).counts.iter().sum::<usize>());
+            each.max().unwrap_or(0)
+        };
+        let (most_sent, most_received) = (most(|b| &b.to), most(|b| &b.from));
+        let Grid { xs, .. } = grid;
         let out = match symmetric {
             Some(out) => out,
             None => b.zeros(xs[me].1 * n1 * rest * elem)?,

@@ -178,6 +178,84 @@ pub(super) fn planes(s: usize, j: usize, n: usize) -> (usize, usize) {
     (bound(j), bound(j + 1))
 }
 
+/// How the slabs split over the ranks, as the transpose sees them.
+struct Grid {
+    /// (first, count) of each rank's x-planes.
+    xs: Vec<(usize, usize)>,
+    /// (first, count) of each rank's y-rows.
+    ys: Vec<(usize, usize)>,
+    /// This rank.
+    me: usize,
+    /// Rows along y.
+    n1: usize,
+    /// Elements of one (x, y) line.
+    inner: usize,
+    /// Bytes per complex element.
+    elem: usize,
+    /// Batches.
+    n: usize,
+    /// Bytes of one x-plane of the first phase's input.
+    in_plane: usize,
+    /// Where each peer's part starts in the send buffer (elements).
+    displ: Vec<usize>,
+}
+
+impl Grid {
+    /// Batch `j`: the first phase on its planes, and their parts for the peers (packed, or put
+    /// where `can_put`) and this rank's own.
+    fn batch(&self, j: usize, phase1: &Phase, can_put: bool) -> Batch {
+        let Grid {
+            xs, ys, displ, ..
+        } = self;
+        let (me, n1, inner, elem) = (self.me, self.n1, self.inner, self.elem);
+        let ranks = xs.len();
+        let (lo, hi) = planes(xs[me].1, j, self.n);
+        let mut phase = phase1.clone();
+        phase.shape[0] = hi - lo;
+        let (mut pack, mut own, mut put) = (Vec::new(), Vec::new(), Vec::new());
+        let mut to = Parts::packed(&vec![0; ranks]);
+        let mut from = Parts::packed(&vec![0; ranks]);
+        // Peers in ring order from this rank: the puts start as a permutation (not every rank
+        // putting to rank 0 first, which measured far slower on 4 GPUs).
+        for q in (0..ranks).map(|k| (me + k) % ranks) {
+            let line = ys[q].1 * inner;
+            let run = |src, dst| Run::contiguous(src, dst, line);
+            let src = |x: usize| x * n1 * inner + ys[q].0 * inner;
+            if q == me {
+                own.extend((lo..hi).map(|x| run(src(x), (xs[me].0 + x) * line)));
+                continue;
+            }
+            if can_put {
+                put.push(Put {
+                    peer: q,
+                    src: src(lo) * elem,
+                    dst: (xs[me].0 + lo) * line * elem,
+                    rows: Rows {
+                        width: line * elem,
+                        height: hi - lo,
+                        src_pitch: n1 * inner * elem,
+                        dst_pitch: line * elem,
+                    },
+                });
+            }
+            pack.extend((lo..hi).map(|x| run(src(x), displ[q] + x * line)));
+            (to.counts[q], to.displs[q]) = ((hi - lo) * line, displ[q] + lo * line);
+            let (rlo, rhi) = planes(xs[q].1, j, self.n);
+            let mine = ys[me].1 * inner;
+            (from.counts[q], from.displs[q]) = ((rhi - rlo) * mine, (xs[q].0 + rlo) * mine);
+        }
+        Batch {
+            phase,
+            at: (lo * self.in_plane, lo * n1 * inner * elem),
+            own,
+            pack,
+            to,
+            from,
+            puts: put,
+        }
+    }
+}
+
 impl<B: Backend> Batched<B> {
     /// The batched transpose of `middle` (the complex x-slab state between the phases) after
     /// `phase1`; None where it does not apply (one rank, or not an x-slab to y-slab move).
@@ -214,54 +292,19 @@ impl<B: Backend> Batched<B> {
             let before = if q - 1 == me { 0 } else { ys[q - 1].1 };
             displ[q] = displ[q - 1] + xs[me].1 * before * inner;
         }
-        let batches = (0..n)
-            .map(|j| {
-                let (lo, hi) = planes(xs[me].1, j, n);
-                let mut phase = phase1.clone();
-                phase.shape[0] = hi - lo;
-                let (mut pack, mut own, mut put) = (Vec::new(), Vec::new(), Vec::new());
-                let mut to = Parts::packed(&vec![0; ranks]);
-                let mut from = Parts::packed(&vec![0; ranks]);
-                // Peers in ring order from this rank: the puts start as a permutation (not
-                // every rank putting to rank 0 first, which measured far slower on 4 GPUs).
-                for q in (0..ranks).map(|k| (me + k) % ranks) {
-                    let line = ys[q].1 * inner;
-                    let run = |src, dst| Run::contiguous(src, dst, line);
-                    let src = |x: usize| x * n1 * inner + ys[q].0 * inner;
-                    if q == me {
-                        own.extend((lo..hi).map(|x| run(src(x), (xs[me].0 + x) * line)));
-                        continue;
-                    }
-                    if can_put {
-                        put.push(Put {
-                            peer: q,
-                            src: src(lo) * elem,
-                            dst: (xs[me].0 + lo) * line * elem,
-                            rows: Rows {
-                                width: line * elem,
-                                height: hi - lo,
-                                src_pitch: n1 * inner * elem,
-                                dst_pitch: line * elem,
-                            },
-                        });
-                    }
-                    pack.extend((lo..hi).map(|x| run(src(x), displ[q] + x * line)));
-                    (to.counts[q], to.displs[q]) = ((hi - lo) * line, displ[q] + lo * line);
-                    let (rlo, rhi) = planes(xs[q].1, j, n);
-                    let mine = ys[me].1 * inner;
-                    (from.counts[q], from.displs[q]) = ((rhi - rlo) * mine, (xs[q].0 + rlo) * mine);
-                }
-                Batch {
-                    phase,
-                    at: (lo * in_plane * in_elem, lo * n1 * inner * elem),
-                    own,
-                    pack,
-                    to,
-                    from,
-                    puts: put,
-                }
-            })
-            .collect();
+        let grid = Grid {
+            xs,
+            ys,
+            me,
+            n1,
+            inner,
+            elem,
+            n,
+            in_plane: in_plane * in_elem,
+            displ,
+        };
+        let batches = (0..n).map(|j| grid.batch(j, phase1, can_put)).collect();
+        let Grid { xs, ys, .. } = grid;
         let sent = (0..ranks)
             .filter(|&q| q != me)
             .map(|q| xs[me].1 * ys[q].1 * inner)

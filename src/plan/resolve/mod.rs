@@ -408,49 +408,8 @@ impl Resolver<'_> {
         let here = KeyPath::root().key("steps").index(step).key(key);
         let declared = self.loaded.spec.tensors.get(name).cloned();
         if let Some(decl) = &declared {
-            let tpath = KeyPath::root().key("tensors").key(name);
             if !in_place {
-                if decl.shape != state.shape {
-                    self.err(Diagnostic::value(
-                        here.clone(),
-                        format!(
-                            "{} makes shape {:?}, but tensors.{name} declares {:?}",
-                            self.loaded.spec.steps[step].op(),
-                            state.shape,
-                            decl.shape
-                        ),
-                    ));
-                }
-                if decl.dtype != state.dtype {
-                    self.err(Diagnostic::value(
-                        here.clone(),
-                        format!(
-                            "{} makes {}, but tensors.{name} declares {}",
-                            self.loaded.spec.steps[step].op(),
-                            state.dtype,
-                            decl.dtype
-                        ),
-                    ));
-                }
-                if let Some(d) = &decl.distribution
-                    && *d != state.dist
-                {
-                    self.err(
-                        Diagnostic::value(
-                            tpath.key("distribution"),
-                            format!(
-                                "step {step} ({}) makes `{name}` {}, but it is declared {}",
-                                self.loaded.spec.steps[step].op(),
-                                dist_name(&state.dist),
-                                dist_name(d)
-                            ),
-                        )
-                        .help(format!(
-                            "declare tensors.{name}.distribution = {}, or leave it out",
-                            dist_name(&state.dist)
-                        )),
-                    );
-                }
+                self.check_declared(step, (key, name), &state, decl);
                 state.layout = decl.layout;
             }
         } else if !in_place && let Some(prev) = self.tensors.get(name).and_then(|t| t.producer) {
@@ -489,6 +448,48 @@ impl Resolver<'_> {
             info.states.push(state.clone());
         }
         self.current.insert(name.to_string(), state);
+    }
+
+    /// Checks step `step`'s result `state` against the declaration of the tensor it writes
+    /// (named at `key`): the same shape, dtype and, where declared, distribution.
+    fn check_declared(
+        &mut self,
+        step: usize,
+        (key, name): (&str, &str),
+        state: &TensorState,
+        decl: &TensorSpec,
+    ) {
+        let here = KeyPath::root().key("steps").index(step).key(key);
+        let op = self.loaded.spec.steps[step].op();
+        if decl.shape != state.shape {
+            let message = format!(
+                "{op} makes shape {:?}, but tensors.{name} declares {:?}",
+                state.shape, decl.shape
+            );
+            self.err(Diagnostic::value(here.clone(), message));
+        }
+        if decl.dtype != state.dtype {
+            let message = format!(
+                "{op} makes {}, but tensors.{name} declares {}",
+                state.dtype, decl.dtype
+            );
+            self.err(Diagnostic::value(here, message));
+        }
+        if let Some(d) = &decl.distribution
+            && *d != state.dist
+        {
+            let at = KeyPath::root().key("tensors").key(name).key("distribution");
+            let message = format!(
+                "step {step} ({op}) makes `{name}` {}, but it is declared {}",
+                dist_name(&state.dist),
+                dist_name(d)
+            );
+            let help = format!(
+                "declare tensors.{name}.distribution = {}, or leave it out",
+                dist_name(&state.dist)
+            );
+            self.err(Diagnostic::value(at, message).help(help));
+        }
     }
 
     fn step(&mut self, i: usize, step: &Step) -> StepPlan {
