@@ -1,11 +1,10 @@
 //! all_gather: every rank's slab, gathered whole on every rank (slab -> replicated).
 
-use super::collective::{Collective, Kernel, Keys, Moving, redistributed};
+use super::collective::{Collective, Keys, Moving, redistributed};
 use crate::dist::TensorState;
 use crate::plan::resolve::Resolver;
 use crate::spec::step::StepCommon;
 use crate::spec::tensor::Distribution;
-use anyhow::Result;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -24,25 +23,13 @@ pub struct AllGather {
 
 impl Collective for AllGather {
     fn keys(&self) -> Keys<'_> {
-        Keys {
-            common: &self.common,
-            input: &self.input,
-            out: Some(&self.out),
-        }
+        Keys::new(&self.common, &self.input, Some(&self.out))
     }
 
     fn result(&self, r: &mut Resolver<'_>, i: usize, x: &TensorState) -> Option<TensorState> {
         let slab = matches!(x.dist, Distribution::Slab(_));
         r.expect_dist(i, "input", &self.input, &x.dist, "slab", slab)
             .then(|| redistributed(x, Distribution::Replicated))
-    }
-
-    fn kernel(&self, m: &Moving<'_>, rank: u64) -> Result<Kernel> {
-        Ok(Kernel::Move(Box::new(m.movement(rank))))
-    }
-
-    fn workspace<'a>(&'a self, m: Moving<'a>) -> Box<dyn Fn(u64) -> u64 + 'a> {
-        Box::new(move |rank| m.exchange_bytes(rank))
     }
 
     fn bandwidth(&self, m: &Moving<'_>, _: f64) -> (f64, f64) {

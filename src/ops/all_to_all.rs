@@ -1,12 +1,11 @@
 //! all_to_all: row j of every rank's piece goes to rank j (shape `[P, P, ...]`, slab 0 -> slab 1).
 
-use super::collective::{Collective, Kernel, Keys, Moving, redistributed};
+use super::collective::{Collective, Keys, Moving, redistributed};
 use crate::dist::TensorState;
 use crate::plan::resolve::Resolver;
 use crate::spec::diag::{Diagnostic, KeyPath};
 use crate::spec::step::StepCommon;
 use crate::spec::tensor::Distribution;
-use anyhow::Result;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -25,11 +24,7 @@ pub struct AllToAll {
 
 impl Collective for AllToAll {
     fn keys(&self) -> Keys<'_> {
-        Keys {
-            common: &self.common,
-            input: &self.input,
-            out: Some(&self.out),
-        }
+        Keys::new(&self.common, &self.input, Some(&self.out))
     }
 
     fn result(&self, r: &mut Resolver<'_>, i: usize, x: &TensorState) -> Option<TensorState> {
@@ -50,14 +45,6 @@ impl Collective for AllToAll {
         let slab0 = matches!(x.dist, Distribution::Slab(a) if a.index() == 0);
         r.expect_dist(i, "input", &self.input, &x.dist, "{ slab = 0 }", slab0)
             .then(|| redistributed(x, Distribution::slab(1)))
-    }
-
-    fn kernel(&self, m: &Moving<'_>, rank: u64) -> Result<Kernel> {
-        Ok(Kernel::Move(Box::new(m.movement(rank))))
-    }
-
-    fn workspace<'a>(&'a self, m: Moving<'a>) -> Box<dyn Fn(u64) -> u64 + 'a> {
-        Box::new(move |rank| m.exchange_bytes(rank))
     }
 
     fn bandwidth(&self, m: &Moving<'_>, _: f64) -> (f64, f64) {

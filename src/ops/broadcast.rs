@@ -28,11 +28,7 @@ pub struct Broadcast {
 
 impl Collective for Broadcast {
     fn keys(&self) -> Keys<'_> {
-        Keys {
-            common: &self.common,
-            input: &self.input,
-            out: self.out.as_deref(),
-        }
+        Keys::new(&self.common, &self.input, self.out.as_deref())
     }
 
     fn result(&self, r: &mut Resolver<'_>, i: usize, x: &TensorState) -> Option<TensorState> {

@@ -30,6 +30,13 @@ pub struct Keys<'a> {
     pub out: Option<&'a str>,
 }
 
+impl<'a> Keys<'a> {
+    /// The keys of a step reading `input` and writing `out` (None: in place).
+    pub fn new(common: &'a StepCommon, input: &'a str, out: Option<&'a str>) -> Self {
+        Keys { common, input, out }
+    }
+}
+
 /// A movement's two ends and the rank count.
 #[derive(Debug, Clone, Copy)]
 pub struct Moving<'a> {
@@ -114,12 +121,17 @@ pub trait Collective {
     /// problem reported to `r`).
     fn result(&self, r: &mut Resolver<'_>, i: usize, x: &TensorState) -> Option<TensorState>;
 
-    /// What moves this rank's piece.
-    fn kernel(&self, m: &Moving<'_>, rank: u64) -> Result<Kernel>;
+    /// What moves this rank's piece (default: an exchange from the input's distribution and
+    /// layout to the result's).
+    fn kernel(&self, m: &Moving<'_>, rank: u64) -> Result<Kernel> {
+        Ok(Kernel::Move(Box::new(m.movement(rank))))
+    }
 
     /// Bytes the prepared step holds on a rank beyond its input and result, by rank (what every
-    /// rank shares is worked out once).
-    fn workspace<'a>(&'a self, m: Moving<'a>) -> Box<dyn Fn(u64) -> u64 + 'a>;
+    /// rank shares is worked out once; default: the exchange's scratch).
+    fn workspace<'a>(&'a self, m: Moving<'a>) -> Box<dyn Fn(u64) -> u64 + 'a> {
+        Box::new(move |rank| m.exchange_bytes(rank))
+    }
 
     /// nccl-tests' bytes and bus factor for the step (`sent`: the most bytes a rank sent).
     fn bandwidth(&self, m: &Moving<'_>, sent: f64) -> (f64, f64);

@@ -1,12 +1,11 @@
 //! redistribute: a tensor moved to another distribution (and layout), any to any but partial.
 
-use super::collective::{Collective, Kernel, Keys, Moving};
+use super::collective::{Collective, Keys, Moving};
 use crate::dist::{self, TensorState};
 use crate::plan::resolve::Resolver;
 use crate::spec::diag::{Diagnostic, KeyPath};
 use crate::spec::step::StepCommon;
 use crate::spec::tensor::{Distribution, Layout};
-use anyhow::Result;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -30,11 +29,7 @@ pub struct Redistribute {
 
 impl Collective for Redistribute {
     fn keys(&self) -> Keys<'_> {
-        Keys {
-            common: &self.common,
-            input: &self.input,
-            out: Some(&self.out),
-        }
+        Keys::new(&self.common, &self.input, Some(&self.out))
     }
 
     fn result(&self, r: &mut Resolver<'_>, i: usize, x: &TensorState) -> Option<TensorState> {
@@ -59,14 +54,6 @@ impl Collective for Redistribute {
             layout: self.layout.unwrap_or(x.layout),
             ..x.clone()
         })
-    }
-
-    fn kernel(&self, m: &Moving<'_>, rank: u64) -> Result<Kernel> {
-        Ok(Kernel::Move(Box::new(m.movement(rank))))
-    }
-
-    fn workspace<'a>(&'a self, m: Moving<'a>) -> Box<dyn Fn(u64) -> u64 + 'a> {
-        Box::new(move |rank| m.exchange_bytes(rank))
     }
 
     /// The global tensor; the bus carries what the busiest rank sends.

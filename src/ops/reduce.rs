@@ -31,11 +31,7 @@ pub struct Reduce {
 
 impl Collective for Reduce {
     fn keys(&self) -> Keys<'_> {
-        Keys {
-            common: &self.common,
-            input: &self.input,
-            out: self.out.as_deref(),
-        }
+        Keys::new(&self.common, &self.input, self.out.as_deref())
     }
 
     fn result(&self, r: &mut Resolver<'_>, i: usize, x: &TensorState) -> Option<TensorState> {

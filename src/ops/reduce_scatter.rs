@@ -33,11 +33,7 @@ pub struct ReduceScatter {
 
 impl Collective for ReduceScatter {
     fn keys(&self) -> Keys<'_> {
-        Keys {
-            common: &self.common,
-            input: &self.input,
-            out: Some(&self.out),
-        }
+        Keys::new(&self.common, &self.input, Some(&self.out))
     }
 
     fn result(&self, r: &mut Resolver<'_>, i: usize, x: &TensorState) -> Option<TensorState> {

@@ -1,11 +1,10 @@
 //! scatter: a tensor one rank holds, split into slabs over the ranks (root -> slab).
 
-use super::collective::{Collective, Kernel, Keys, Moving, redistributed};
+use super::collective::{Collective, Keys, Moving, redistributed};
 use crate::dist::TensorState;
 use crate::plan::resolve::Resolver;
 use crate::spec::step::{StepCommon, axis0};
 use crate::spec::tensor::{Axis, Distribution};
-use anyhow::Result;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -30,25 +29,13 @@ pub struct Scatter {
 
 impl Collective for Scatter {
     fn keys(&self) -> Keys<'_> {
-        Keys {
-            common: &self.common,
-            input: &self.input,
-            out: Some(&self.out),
-        }
+        Keys::new(&self.common, &self.input, Some(&self.out))
     }
 
     fn result(&self, r: &mut Resolver<'_>, i: usize, x: &TensorState) -> Option<TensorState> {
         r.root_of(i, self.root, &self.input, x)?;
         r.check_axis(i, self.axis, x)
             .then(|| redistributed(x, Distribution::slab(self.axis.index())))
-    }
-
-    fn kernel(&self, m: &Moving<'_>, rank: u64) -> Result<Kernel> {
-        Ok(Kernel::Move(Box::new(m.movement(rank))))
-    }
-
-    fn workspace<'a>(&'a self, m: Moving<'a>) -> Box<dyn Fn(u64) -> u64 + 'a> {
-        Box::new(move |rank| m.exchange_bytes(rank))
     }
 
     fn bandwidth(&self, m: &Moving<'_>, _: f64) -> (f64, f64) {

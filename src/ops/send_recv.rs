@@ -86,11 +86,7 @@ impl SendRecv {
 
 impl Collective for SendRecv {
     fn keys(&self) -> Keys<'_> {
-        Keys {
-            common: &self.common,
-            input: &self.input,
-            out: Some(&self.out),
-        }
+        Keys::new(&self.common, &self.input, Some(&self.out))
     }
 
     fn result(&self, r: &mut Resolver<'_>, i: usize, x: &TensorState) -> Option<TensorState> {

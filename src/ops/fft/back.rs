@@ -71,16 +71,8 @@ impl Grid {
     /// Batch `k`: the second phase on its rows, and their way to the peers' x-slabs (packed, or
     /// put where `can_put`) and this rank's own.
     fn batch(&self, k: usize, phase2: &Phase, can_put: bool) -> Batch {
-        let Grid {
-            xs,
-            ys,
-            me,
-            n1,
-            rest,
-            elem,
-            n,
-        } = self;
-        let (me, n1, rest, elem, n) = (*me, *n1, *rest, *elem, *n);
+        let (xs, ys) = (&self.xs, &self.ys);
+        let (me, n1, rest, elem, n) = (self.me, self.n1, self.rest, self.elem, self.n);
         let ranks = xs.len();
         let (s1, y0) = (ys[me].1, ys[me].0);
         let (lo, hi) = planes(s1, k, n);

@@ -204,9 +204,7 @@ impl Grid {
     /// Batch `j`: the first phase on its planes, and their parts for the peers (packed, or put
     /// where `can_put`) and this rank's own.
     fn batch(&self, j: usize, phase1: &Phase, can_put: bool) -> Batch {
-        let Grid {
-            xs, ys, displ, ..
-        } = self;
+        let (xs, ys, displ) = (&self.xs, &self.ys, &self.displ);
         let (me, n1, inner, elem) = (self.me, self.n1, self.inner, self.elem);
         let ranks = xs.len();
         let (lo, hi) = planes(xs[me].1, j, self.n);
