@@ -30,6 +30,9 @@ macro_rules! ops {
         }
 
         impl Step {
+            /// Every op's name as written in specs, in the table's order.
+            pub const NAMES: &[&str] = &[$( stringify!($module), )*];
+
             /// The op's name as written in specs.
             pub fn op(&self) -> &'static str {
                 match self {
@@ -115,5 +118,31 @@ pub fn out_or_input<'a>(out: &'a Option<String>, input: &'a str) -> (&'static st
     match out {
         Some(o) => ("out", o),
         None => ("input", input),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Step;
+
+    /// The tag serde reads for each variant is the name the table gives it (its module's): a
+    /// spec's `op = "all_gather"` reaches the op that `Step::op` calls all_gather.
+    #[test]
+    fn every_op_is_read_by_its_name() {
+        let read = |name: &str| toml::from_str::<Step>(&format!("op = \"{name}\""));
+        let unknown = |e: &toml::de::Error| e.to_string().contains("unknown variant");
+        assert!(read("no_such_op").is_err_and(|e| unknown(&e)));
+        let schema = crate::spec::schema::schema_json();
+        for name in Step::NAMES {
+            match read(name) {
+                // Only a barrier takes no keys.
+                Ok(step) => assert_eq!(step.op(), *name),
+                Err(e) => assert!(!unknown(&e), "{name}: {e}"),
+            }
+            assert!(
+                schema.contains(&format!("\"{name}\"")),
+                "the schema has no op `{name}`"
+            );
+        }
     }
 }
