@@ -24,6 +24,37 @@ pub struct Repair {
     removed: Vec<KeyPath>,
 }
 
+/// Taint flows in step order: a step that is damaged (in `steps`) or reads a tainted tensor
+/// (in `tensors`) is tainted, and so is what it writes; so is what a step the repair `altered`
+/// writes (the step keeps its own errors, but its result may differ).
+fn taint(
+    raw_steps: &[Value],
+    altered: &HashSet<usize>,
+    tensors: &mut HashSet<String>,
+    steps: &mut HashSet<usize>,
+) {
+    let names = |step: &Value, keys: &[&str]| -> Vec<String> {
+        keys.iter()
+            .filter_map(|k| step.get(*k).and_then(Value::as_str).map(str::to_string))
+            .collect()
+    };
+    for (i, step) in raw_steps.iter().enumerate() {
+        if names(step, &NAMING_KEYS)
+            .iter()
+            .any(|n| tensors.contains(n))
+        {
+            steps.insert(i);
+        }
+        if steps.contains(&i) || altered.contains(&i) {
+            // `out`, or `input` for a step in place.
+            let target = names(step, &["out"])
+                .pop()
+                .or_else(|| names(step, &["input"]).pop());
+            tensors.extend(target);
+        }
+    }
+}
+
 impl Repair {
     /// Repairs `value` for the schema errors `diags`: the value with the damage taken out, and
     /// what was touched; None where a damaged key cannot be taken out (the document itself, or
@@ -74,27 +105,7 @@ impl Repair {
             }
             None => Vec::new(),
         };
-        // Taint flows in step order: a step that is damaged or reads a tainted tensor taints
-        // what it writes.
-        let names = |step: &Value, keys: &[&str]| -> Vec<String> {
-            keys.iter()
-                .filter_map(|k| step.get(*k).and_then(Value::as_str).map(str::to_string))
-                .collect()
-        };
-        for (i, step) in raw_steps.iter().enumerate() {
-            let touched = names(step, &NAMING_KEYS);
-            if touched.iter().any(|n| tensors.contains(n)) {
-                steps.insert(i);
-            }
-            // A step altered by the repair keeps its own errors, but what it writes may differ.
-            if steps.contains(&i) || altered.contains(&i) {
-                // `out`, or `input` for a step in place.
-                let target = names(step, &["out"])
-                    .pop()
-                    .or_else(|| names(step, &["input"]).pop());
-                tensors.extend(target);
-            }
-        }
+        taint(&raw_steps, &altered, &mut tensors, &mut steps);
         let outputs = (value.pointer("/output/tensors").and_then(Value::as_array))
             .into_iter()
             .flatten()
