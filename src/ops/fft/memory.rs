@@ -18,6 +18,9 @@ pub fn workspace(
     out: &TensorState,
     (ranks, rank): (u64, u64),
 ) -> u64 {
+    if ranks == 1 {
+        return whole_workspace(step, input, out);
+    }
     let piece = |s: &TensorState| local_bytes(s, ranks, rank) as u64;
     let staged =
         |from: &TensorState, to: &TensorState| staged_bytes(from, &Side::of(to), ranks, rank);
@@ -98,4 +101,34 @@ pub fn heap_room(f: &Fft, input: &TensorState, out: &TensorState, ranks: u64) ->
         false => 0,
     };
     (symmetric_room(f, input, out, p) + back) as u64
+}
+
+/// The bytes an FFT on a rank that holds the whole tensor holds beyond its input and result:
+/// the input moved to C order (where it is not, and the transform does not take it as it is),
+/// the result in C order before it moves to its layout, and the CPU's copy of the input and its
+/// working lines in the one local phase.
+fn whole_workspace(step: &Fft, input: &TensorState, out: &TensorState) -> u64 {
+    let piece = |s: &TensorState| local_bytes(s, 1, 0) as u64;
+    let staged = |from: &TensorState, to: &TensorState| staged_bytes(from, &Side::of(to), 1, 0);
+    let layout = match super::whole_in_place_order(step, input, out) {
+        true => input.layout,
+        false => Layout::C,
+    };
+    let work_in = TensorState {
+        layout,
+        ..input.clone()
+    };
+    let natural = TensorState {
+        layout,
+        ..out.clone()
+    };
+    let to_work = match work_in == *input {
+        true => 0,
+        false => staged(input, &work_in),
+    };
+    let back = match natural == *out {
+        true => 0,
+        false => piece(&natural) + staged(&natural, out) - piece(out),
+    };
+    to_work + back + piece(&work_in) + piece(&natural)
 }

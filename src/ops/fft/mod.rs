@@ -155,8 +155,55 @@ fn phases(step: &Fft, input: &TensorState, out: &TensorState, (ranks, rank): (u6
     ]
 }
 
+/// Whether a rank holding the whole tensor transforms it in the order it is stored: a c2c from
+/// and to F order (an FFT over every axis of an F-order array is the same FFT of the C-order
+/// array of the reversed shape); otherwise it works in C order.
+pub(super) fn whole_in_place_order(step: &Fft, input: &TensorState, out: &TensorState) -> bool {
+    step.kind == FftKind::C2c && input.layout == Layout::F && out.layout == Layout::F
+}
+
+/// The one local phase of an FFT over every axis (see [`PreparedFft`]'s `whole`): r2c's real
+/// axis first, c2r's last, the complex axes from the last to the first, the norm's scale with
+/// it; over the reversed shape where an F-order c2c stays in its order (`as_is`).
+fn whole_phase(step: &Fft, input: &TensorState, out: &TensorState, as_is: bool) -> Phase {
+    let nd = input.shape.len();
+    let last = nd - 1;
+    let inverse = step.direction == FftDirection::Inverse;
+    let complex_axes = match step.kind {
+        FftKind::C2c => 0..nd,
+        FftKind::R2c | FftKind::C2r => 0..last,
+    };
+    let mut ops = Vec::new();
+    if step.kind == FftKind::R2c {
+        ops.push(AxisOp::R2c);
+    }
+    ops.extend(complex_axes.rev().map(|axis| AxisOp::C2c { axis, inverse }));
+    if step.kind == FftKind::C2r {
+        ops.push(AxisOp::C2r {
+            n: out.shape[last] as usize,
+        });
+    }
+    let real_shape = match step.kind {
+        FftKind::C2r => &out.shape,
+        FftKind::C2c | FftKind::R2c => &input.shape,
+    };
+    let n: f64 = real_shape.iter().map(|&x| x as f64).product();
+    let mut shape: Vec<usize> = input.shape.iter().map(|&x| x as usize).collect();
+    if as_is {
+        shape.reverse();
+    }
+    Phase {
+        shape,
+        ops,
+        scale: Some(scale(step.norm, step.direction, n)).filter(|&s| s != 1.0),
+        rows: None,
+    }
+}
+
 /// The move from the first phase's slab to the second's.
 enum Transpose<B: Backend> {
+    /// None: the rank holds the whole tensor, and the first phase transforms every axis.
+    None,
     /// After the whole first phase, in one exchange.
     Whole(Box<Staged<B>>),
     /// Batch by batch of x-planes, overlapping the first phase.
@@ -170,7 +217,8 @@ pub struct PreparedFft<B: Backend> {
     phase1: Phase,
     after1: B::Buf,
     transpose: Transpose<B>,
-    phase2: Phase,
+    /// None where the first phase is the whole FFT.
+    phase2: Option<Phase>,
     after2: B::Buf,
     back: Back<B>,
 }
@@ -189,6 +237,9 @@ impl<B: Backend> PreparedFft<B> {
     /// Prepares an FFT from its input's state to its result's.
     pub fn new(b: &B, step: &Fft, input: &TensorState, out: &TensorState) -> Result<Self> {
         let (ranks, rank) = (b.ranks() as u64, b.rank() as u64);
+        if ranks == 1 {
+            return Self::whole(b, step, input, out);
+        }
         let s0 = working_slab(step.kind, input.shape.len(), &input.dist);
         let middle = middle(step, input, out, s0);
         let work_in = TensorState {
@@ -238,8 +289,50 @@ impl<B: Backend> PreparedFft<B> {
             phase1,
             after1,
             transpose,
-            phase2,
+            phase2: Some(phase2),
             after2,
+            back,
+        })
+    }
+
+    /// The FFT of a rank that holds the whole tensor: one local phase over every axis (one
+    /// library call: a cuFFT plan over all axes), from the input in C order (or in F order as
+    /// it is, for a c2c whose result is in F order too) straight into the result's layout.
+    fn whole(b: &B, step: &Fft, input: &TensorState, out: &TensorState) -> Result<Self> {
+        let as_is = whole_in_place_order(step, input, out);
+        let work_in = match as_is {
+            true => input.clone(),
+            false => TensorState {
+                layout: Layout::C,
+                ..input.clone()
+            },
+        };
+        let natural = TensorState {
+            layout: work_in.layout,
+            ..out.clone()
+        };
+        let to_work = match work_in == *input {
+            true => None,
+            false => {
+                let m = Movement::new(input, &work_in, 1, 0);
+                Some(Staged::new(b, m, local_bytes(&work_in, 1, 0))?)
+            }
+        };
+        let back = match natural == *out {
+            true => Back::None,
+            false => {
+                let m = Movement::new(&natural, out, 1, 0);
+                Back::Whole(Box::new(Staged::new(b, m, local_bytes(out, 1, 0))?))
+            }
+        };
+        Ok(PreparedFft {
+            precision: middle(step, input, out, 0).dtype,
+            to_work,
+            phase1: whole_phase(step, input, out, as_is),
+            after1: b.zeros(0)?,
+            transpose: Transpose::None,
+            phase2: None,
+            after2: b.zeros(local_bytes(&natural, 1, 0))?,
             back,
         })
     }
@@ -267,6 +360,14 @@ impl<B: Backend> PreparedFft<B> {
             None => input,
         };
         let moved = match &mut self.transpose {
+            Transpose::None => {
+                let phase = &self.phase1;
+                b.fft(self.precision, phase, (work, 0), (&mut self.after2, 0))?;
+                if let Back::Whole(staged) = &mut self.back {
+                    staged.run(b, &self.after2)?;
+                }
+                return Ok(());
+            }
             Transpose::Whole(staged) => {
                 b.fft(
                     self.precision,
@@ -283,12 +384,8 @@ impl<B: Backend> PreparedFft<B> {
                 p.run(b, self.precision, moved, &mut self.after2)?;
             }
             back => {
-                b.fft(
-                    self.precision,
-                    &self.phase2,
-                    (moved, 0),
-                    (&mut self.after2, 0),
-                )?;
+                let phase2 = (self.phase2.as_ref()).expect("a transpose has its second phase");
+                b.fft(self.precision, phase2, (moved, 0), (&mut self.after2, 0))?;
                 if let Back::Whole(staged) = back {
                     staged.run(b, &self.after2)?;
                 }

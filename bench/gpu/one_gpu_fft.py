@@ -1,0 +1,120 @@
+"""FFTs on one GPU: distrun with one rank against cupy's cuFFT call (cupy.fft.fftn / rfftn /
+irfftn) on the same array, in the same command, for every kind, both precisions, 2-D and 3-D,
+odd sizes and F order.
+
+    python bench/gpu/one_gpu_fft.py [--bin target/release/distrun] [--cases c2c-c64-512 ...]
+                                    [--iterations 20]
+
+Both are timed alike: 2 warm-up runs, then the iterations back to back between one pair of
+CUDA events, their mean (distrun's `timing = "queued"`). Prints one row per case: distrun's
+time, cupy's, and distrun's speed as cupy's time over distrun's (>= 0.95 is the target).
+"""
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           NCCL_NVLS_ENABLE="0", NVSHMEM_DISABLE_NVLS="1")
+
+# name: (kind, input dtype, shape, layout)
+CASES = {
+    "c2c-c64-512": ("c2c", "c64", [512, 512, 512], "C"),
+    "c2c-c64-1024": ("c2c", "c64", [1024, 1024, 1024], "C"),
+    "c2c-c64-768": ("c2c", "c64", [768, 768, 768], "C"),
+    "c2c-c128-512": ("c2c", "c128", [512, 512, 512], "C"),
+    "c2c-c64-2d-16384": ("c2c", "c64", [16384, 16384], "C"),
+    "c2c-c64-1000-F": ("c2c", "c64", [1000, 1000, 100], "F"),
+    "r2c-f32-1024": ("r2c", "f32", [1024, 1024, 1024], "C"),
+    "r2c-f64-2d-8192": ("r2c", "f64", [8192, 8192], "C"),
+    "c2r-c64-512": ("c2r", "c64", [512, 512, 257], "C"),
+}
+
+
+def spec(kind, dtype, shape, layout, iterations):
+    out = ""
+    if kind == "c2r":
+        out = 'out = "y"\n'
+    elif kind == "r2c":
+        out = 'out = "y"\n'
+    return f"""[job]
+name = "one-gpu-fft"
+[runtime]
+device = "cuda"
+[tensors.x]
+shape = {shape}
+dtype = "{dtype}"
+layout = "{layout}"
+distribution = {{ slab = 0 }}
+init = {{ uniform = {{ low = -1.0, high = 1.0 }} }}
+[[steps]]
+op = "fft"
+input = "x"
+{out}kind = "{kind}"
+direction = "{'inverse' if kind == 'c2r' else 'forward'}"
+warmup = 2
+iterations = {iterations}
+timing = "queued"
+[output]
+tensors = []
+"""
+
+
+def distrun(binary, text):
+    with tempfile.TemporaryDirectory() as d:
+        path = pathlib.Path(d) / "spec.toml"
+        path.write_text(text)
+        run = subprocess.run([binary, "run", str(path), "--out", f"{d}/run", "-q"],
+                             env=ENV, capture_output=True, text=True)
+        if run.returncode != 0:
+            return None, run.stderr.strip().splitlines()[-1:]
+        m = json.loads((pathlib.Path(d) / "run/manifest.json").read_text())
+        return m["steps"][0]["time_s"]["median"], None
+
+
+def cupy_time(kind, dtype, shape, layout, iterations):
+    import cupy as cp
+    real = {"c64": cp.complex64, "c128": cp.complex128, "f32": cp.float32, "f64": cp.float64}[dtype]
+    order = "F" if layout == "F" else "C"
+    x = cp.asarray(cp.random.rand(*shape), order=order).astype(real, order=order)
+    if kind == "c2r":
+        n = 2 * (shape[-1] - 1)
+        shape_out = shape[:-1] + [n]
+        f = lambda: cp.fft.irfftn(x, s=shape_out, norm="backward")
+    elif kind == "r2c":
+        f = lambda: cp.fft.rfftn(x)
+    else:
+        f = lambda: cp.fft.fftn(x)
+    for _ in range(2):
+        f()
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    start.record()
+    for _ in range(iterations):
+        f()
+    end.record()
+    end.synchronize()
+    return cp.cuda.get_elapsed_time(start, end) / 1e3 / iterations
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default=str(ROOT / "target/release/distrun"))
+    ap.add_argument("--cases", nargs="+", default=list(CASES))
+    ap.add_argument("--iterations", type=int, default=20)
+    a = ap.parse_args()
+    print(f"{'case':<20} {'distrun ms':>11} {'cupy ms':>9} {'speed':>7}")
+    for name in a.cases:
+        kind, dtype, shape, layout = CASES[name]
+        t, err = distrun(a.bin, spec(kind, dtype, shape, layout, a.iterations))
+        c = cupy_time(kind, dtype, shape, layout, a.iterations)
+        if t is None:
+            print(f"{name:<20} {'failed':>11} {c * 1e3:9.3f}   {err}")
+            continue
+        print(f"{name:<20} {t * 1e3:11.3f} {c * 1e3:9.3f} {c / t:7.2f}x")
+
+
+if __name__ == "__main__":
+    main()
