@@ -35,6 +35,65 @@ impl Run {
     }
 }
 
+/// Runs that make a batch of 2-D grids (a transpose is one): run `p * rows + q` starts at
+/// `src + p * outer.0 + q * step.0` in the source and `dst + p * outer.1 + q * step.1` in the
+/// destination, every run `count` elements `strides` apart. A backend may copy such runs in tiles,
+/// reading and writing along whichever axis is contiguous on each side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunGrid {
+    /// The first run's first element in the source and in the destination.
+    pub start: (usize, usize),
+    /// The number of grids.
+    pub batches: usize,
+    /// From one grid to the next (source, destination).
+    pub outer: (usize, usize),
+    /// Runs per grid.
+    pub rows: usize,
+    /// From one run to the next within a grid (source, destination).
+    pub step: (usize, usize),
+    /// Elements per run.
+    pub count: usize,
+    /// Between a run's elements (source, destination).
+    pub strides: (usize, usize),
+}
+
+impl RunGrid {
+    /// The grids `runs` make, where they make some: at least two runs of one length and
+    /// strides, with constant steps between runs and between grids.
+    pub fn of(runs: &[Run]) -> Option<RunGrid> {
+        let (first, second) = (runs.first()?, runs.get(1)?);
+        let delta = |a: &Run, b: &Run| Some((b.src.checked_sub(a.src)?, b.dst.checked_sub(a.dst)?));
+        let step = delta(first, second)?;
+        let rows = (1..runs.len())
+            .find(|&k| delta(&runs[k - 1], &runs[k]) != Some(step))
+            .unwrap_or(runs.len());
+        if !runs.len().is_multiple_of(rows) {
+            return None;
+        }
+        let outer = match runs.get(rows) {
+            Some(next) => delta(first, next)?,
+            None => (0, 0),
+        };
+        let grid = RunGrid {
+            start: (first.src, first.dst),
+            batches: runs.len() / rows,
+            outer,
+            rows,
+            step,
+            count: first.count,
+            strides: (first.src_stride, first.dst_stride),
+        };
+        let fits = runs.iter().enumerate().all(|(k, r)| {
+            let (p, q) = (k / rows, k % rows);
+            r.count == grid.count
+                && (r.src_stride, r.dst_stride) == grid.strides
+                && r.src == grid.start.0 + p * outer.0 + q * step.0
+                && r.dst == grid.start.1 + p * outer.1 + q * step.1
+        });
+        fits.then_some(grid)
+    }
+}
+
 /// A local piece seen as a matrix: its storage shape and layout, used transposed or not.
 #[derive(Debug, Clone, Copy)]
 pub struct View {
@@ -183,5 +242,62 @@ impl<T: ?Sized> Bias<'_, T> {
             BiasPer::Row => i / cols,
             BiasPer::Column => i % cols,
         }] as usize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Run, RunGrid};
+
+    fn run(src: usize, dst: usize, count: usize, strides: (usize, usize)) -> Run {
+        Run {
+            src,
+            dst,
+            count,
+            src_stride: strides.0,
+            dst_stride: strides.1,
+        }
+    }
+
+    #[test]
+    fn a_transpose_is_one_grid() {
+        // A 3 x 4 matrix from C to F order: one run per column, down the rows.
+        let runs: Vec<Run> = (0..4).map(|j| run(j, j * 3, 3, (4, 1))).collect();
+        let grid = RunGrid::of(&runs).expect("a grid");
+        assert_eq!((grid.batches, grid.rows, grid.count), (1, 4, 3));
+        assert_eq!((grid.step, grid.strides), ((1, 3), (4, 1)));
+    }
+
+    #[test]
+    fn a_three_axis_reversal_is_a_batch_of_grids() {
+        // [2, 3, 4] from C to F: runs along axis 0, the odometer over axes 1 (outer) and 2.
+        let (d0, d1, d2) = (2, 3, 4);
+        let runs: Vec<Run> = (0..d1)
+            .flat_map(|i1| (0..d2).map(move |i2| (i1, i2)))
+            .map(|(i1, i2)| run(i1 * d2 + i2, i1 * d0 + i2 * d0 * d1, d0, (d1 * d2, 1)))
+            .collect();
+        let grid = RunGrid::of(&runs).expect("grids");
+        assert_eq!((grid.batches, grid.rows), (d1, d2));
+        assert_eq!((grid.outer, grid.step), ((d2, d0), (1, d0 * d1)));
+        // Every element lands where its run says.
+        for (k, r) in runs.iter().enumerate() {
+            let (p, q) = (k / grid.rows, k % grid.rows);
+            assert_eq!(r.src, grid.start.0 + p * grid.outer.0 + q * grid.step.0);
+        }
+    }
+
+    #[test]
+    fn irregular_runs_make_no_grid() {
+        assert_eq!(RunGrid::of(&[run(0, 0, 4, (1, 1))]), None);
+        let uneven = [
+            run(0, 0, 3, (4, 1)),
+            run(1, 3, 3, (4, 1)),
+            run(3, 6, 3, (4, 1)),
+        ];
+        assert_eq!(RunGrid::of(&uneven), None);
+        let lengths = [run(0, 0, 3, (4, 1)), run(1, 3, 2, (4, 1))];
+        assert_eq!(RunGrid::of(&lengths), None);
+        let backwards = [run(5, 0, 3, (4, 1)), run(1, 3, 3, (4, 1))];
+        assert_eq!(RunGrid::of(&backwards), None);
     }
 }

@@ -13,10 +13,7 @@ pub mod nvshmem;
 pub mod probe;
 
 use super::{Backend, Out, Puts, Rows};
-use crate::backend::work::Addends;
-use crate::backend::work::Phase;
-use crate::backend::work::Run;
-use crate::backend::work::View;
+use crate::backend::work::{Addends, Phase, Run, RunGrid, View};
 use crate::runtime::comm::{Comm, Parts};
 use crate::spec::model::DeviceMap;
 use crate::spec::step::{Epilog, ReduceOp};
@@ -76,6 +73,59 @@ extern "C" __global__ void copy_runs(const unsigned char* src, unsigned char* ds
                 }
             }
         }
+    }
+}
+
+// Runs that make a batch of 2-D grids (see `RunGrid`), copied in 32 x 32 tiles through shared
+// memory: each tile is read along whichever axis is contiguous in the source (the runs, `load_q`,
+// or a run's elements) and written along whichever is contiguous in the destination, so a
+// transpose reads and writes whole lines. g: start src, start dst, batches, outer src, outer dst,
+// rows, step src, step dst, count, stride src, stride dst (elements).
+template <typename T>
+__device__ void grid_tiles(const T* __restrict__ s, T* __restrict__ d,
+                           const unsigned long long* __restrict__ g, int load_q, int store_q,
+                           T* tile) {
+    typedef unsigned long long u64;
+    const u64 batches = g[2], outer_s = g[3], outer_d = g[4], rows = g[5], step_s = g[6],
+              step_d = g[7], count = g[8], stride_s = g[9], stride_d = g[10];
+    const u64 tq = (rows + 31) / 32, ti = (count + 31) / 32;
+    s += g[0];
+    d += g[1];
+    for (u64 p = blockIdx.z; p < batches; p += gridDim.z)
+    for (u64 bq = blockIdx.x; bq < tq; bq += gridDim.x)
+    for (u64 bi = blockIdx.y; bi < ti; bi += gridDim.y) {
+        const T* sp = s + p * outer_s;
+        T* dp = d + p * outer_d;
+        const u64 q0 = bq * 32, i0 = bi * 32;
+        for (unsigned int j = threadIdx.y; j < 32; j += blockDim.y) {
+            unsigned int tq_ = load_q ? threadIdx.x : j, ti_ = load_q ? j : threadIdx.x;
+            u64 q = q0 + tq_, i = i0 + ti_;
+            if (q < rows && i < count) tile[tq_ * 33 + ti_] = sp[q * step_s + i * stride_s];
+        }
+        __syncthreads();
+        for (unsigned int j = threadIdx.y; j < 32; j += blockDim.y) {
+            unsigned int tq_ = store_q ? threadIdx.x : j, ti_ = store_q ? j : threadIdx.x;
+            u64 q = q0 + tq_, i = i0 + ti_;
+            if (q < rows && i < count) dp[q * step_d + i * stride_d] = tile[tq_ * 33 + ti_];
+        }
+        __syncthreads();
+    }
+}
+
+extern "C" __global__ void copy_grid(const unsigned char* src, unsigned char* dst,
+                                     const unsigned long long* g, unsigned long long elem,
+                                     int load_q, int store_q) {
+    // One tile of the largest element; the smaller ones use its start.
+    __shared__ uint4 tile[32 * 33];
+    typedef unsigned short u16;
+    typedef unsigned int u32;
+    typedef unsigned long long u64;
+    switch (elem) {
+    case 1: grid_tiles(src, dst, g, load_q, store_q, (unsigned char*)tile); break;
+    case 2: grid_tiles((const u16*)src, (u16*)dst, g, load_q, store_q, (u16*)tile); break;
+    case 4: grid_tiles((const u32*)src, (u32*)dst, g, load_q, store_q, (u32*)tile); break;
+    case 8: grid_tiles((const u64*)src, (u64*)dst, g, load_q, store_q, (u64*)tile); break;
+    case 16: grid_tiles((const uint4*)src, (uint4*)dst, g, load_q, store_q, tile); break;
     }
 }
 
@@ -148,6 +198,7 @@ fn versions(nvshmem: Option<String>) -> String {
 /// The NVRTC kernels of the backend, compiled once per rank.
 struct Kernels {
     copy: CudaFunction,
+    copy_grid: CudaFunction,
     finish: CudaFunction,
     conj_copy: CudaFunction,
     scale_f32: CudaFunction,
@@ -171,6 +222,7 @@ impl Kernels {
         let module = ctx.load_module(ptx)?;
         Ok(Kernels {
             copy: module.load_function("copy_runs")?,
+            copy_grid: module.load_function("copy_grid")?,
             finish: module.load_function("finish")?,
             conj_copy: module.load_function("conj_copy")?,
             scale_f32: module.load_function("scale_f32")?,
@@ -391,6 +443,51 @@ impl<'a> Cuda<'a> {
     /// The device address of a copy of `values` (kernel tables: copy runs, bias rows). Steps
     /// pass the same tables every iteration, so each is copied to the GPU once and kept, keyed
     /// by a hash of its contents.
+    /// Copies runs that make grids (see [`RunGrid`]) in tiles, each read and written along the
+    /// axis that is contiguous on its side (elements of 1, 2, 4, 8 or 16 bytes).
+    fn copy_grid(&self, src: &DevBuf, dst: &mut DevBuf, g: &RunGrid, elem: usize) -> Result<()> {
+        let table = [
+            g.start.0,
+            g.start.1,
+            g.batches,
+            g.outer.0,
+            g.outer.1,
+            g.rows,
+            g.step.0,
+            g.step.1,
+            g.count,
+            g.strides.0,
+            g.strides.1,
+        ]
+        .map(|x| x as u64);
+        let table = self.device_table(&table)?;
+        // Along the runs where they follow each other and a run's elements do not.
+        let load_q = i32::from(g.step.0 == 1 && g.strides.0 != 1);
+        let store_q = i32::from(g.step.1 == 1 && g.strides.1 != 1);
+        let tiles = |n: usize| n.div_ceil(32).clamp(1, 65535) as u32;
+        let cfg = LaunchConfig {
+            grid_dim: (
+                tiles(g.rows),
+                tiles(g.count),
+                g.batches.clamp(1, 65535) as u32,
+            ),
+            block_dim: (32, 8, 1),
+            shared_mem_bytes: 0,
+        };
+        let elem = elem as u64;
+        let mut launch = self.st().launch_builder(&self.kernels.copy_grid);
+        launch
+            .arg(&*src.data)
+            .arg(&mut *dst.data)
+            .arg(&table)
+            .arg(&elem)
+            .arg(&load_q)
+            .arg(&store_q);
+        // SAFETY: the grid's runs stay inside both buffers (the exchange plans size them).
+        unsafe { launch.launch(cfg) }?;
+        Ok(())
+    }
+
     fn device_table(&self, values: &[u64]) -> Result<u64> {
         // SAFETY: u64s read as their bytes.
         let bytes = unsafe {
@@ -682,6 +779,11 @@ impl Backend for Cuda<'_> {
                     .memcpy_dtod(&src.data.slice(s..s + n), &mut dst.data.slice_mut(d..d + n))?;
             }
             return Ok(());
+        }
+        if let Some(grid) = RunGrid::of(runs).filter(|g| g.strides != (1, 1))
+            && matches!(elem, 1 | 2 | 4 | 8 | 16)
+        {
+            return self.copy_grid(src, dst, &grid, elem);
         }
         let table: Vec<u64> = runs
             .iter()

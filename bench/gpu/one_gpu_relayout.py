@@ -1,0 +1,113 @@
+"""Changes of layout on one GPU: distrun's redistribute from C to F order (and back) with one
+rank, checked, against cupy's copy into the other order (cupy.asfortranarray /
+cupy.ascontiguousarray) on the same array, in the same command; and the GPU's copy bandwidth
+(a contiguous device-to-device copy of the same bytes) as the ceiling.
+
+    python bench/gpu/one_gpu_relayout.py [--bin target/release/distrun] [--iterations 20]
+
+distrun is timed as its steps are with `timing = "queued"` (2 warm-up runs, then the
+iterations back to back between one pair of CUDA events, their mean); cupy the same way.
+Prints each case's times, distrun's speed against cupy, and the fraction of the copy bandwidth
+it reaches (read and write counted once each, as a copy's).
+"""
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           NCCL_NVLS_ENABLE="0", NVSHMEM_DISABLE_NVLS="1")
+
+# name: (dtype, shape, from layout, to layout)
+CASES = {
+    "f32-16384x16384-C-F": ("f32", [16384, 16384], "C", "F"),
+    "f32-16384x16384-F-C": ("f32", [16384, 16384], "F", "C"),
+    "f16-8192x12288-C-F": ("f16", [8192, 12288], "C", "F"),
+    "f64-4096x5000-C-F": ("f64", [4096, 5000], "C", "F"),
+    "c128-4096x4096-C-F": ("c128", [4096, 4096], "C", "F"),
+    "c64-512x512x512-C-F": ("c64", [512, 512, 512], "C", "F"),
+    "u8-16384x16384-C-F": ("u8", [16384, 16384], "C", "F"),
+}
+CUPY = {"f32": "float32", "f16": "float16", "f64": "float64", "c128": "complex128",
+        "c64": "complex64", "u8": "uint8"}
+
+
+def spec(dtype, shape, src, dst, iterations):
+    init = "{ fill = 7 }" if dtype == "u8" else "{ uniform = { low = -1.0, high = 1.0 } }"
+    return f"""[job]
+name = "one-gpu-relayout"
+[runtime]
+device = "cuda"
+[tensors.x]
+shape = {shape}
+dtype = "{dtype}"
+layout = "{src}"
+distribution = {{ slab = 0 }}
+init = {init}
+[[steps]]
+op = "redistribute"
+input = "x"
+out = "y"
+distribution = {{ slab = 0 }}
+layout = "{dst}"
+check = true
+warmup = 2
+iterations = {iterations}
+timing = "queued"
+[output]
+tensors = []
+"""
+
+
+def distrun(binary, text):
+    with tempfile.TemporaryDirectory() as d:
+        path = pathlib.Path(d) / "spec.toml"
+        path.write_text(text)
+        run = subprocess.run([binary, "run", str(path), "--out", f"{d}/run", "-q"],
+                             env=ENV, capture_output=True, text=True)
+        if run.returncode != 0:
+            return None, None, run.stderr.strip().splitlines()[-1:]
+        step = json.loads((pathlib.Path(d) / "run/manifest.json").read_text())["steps"][0]
+        return step["time_s"]["median"], step["check"]["passed"], None
+
+
+def timed(f, iterations):
+    import cupy as cp
+    for _ in range(2):
+        f()
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    start.record()
+    for _ in range(iterations):
+        f()
+    end.record()
+    end.synchronize()
+    return cp.cuda.get_elapsed_time(start, end) / 1e3 / iterations
+
+
+def main():
+    import cupy as cp
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default=str(ROOT / "target/release/distrun"))
+    ap.add_argument("--cases", nargs="+", default=list(CASES))
+    ap.add_argument("--iterations", type=int, default=20)
+    a = ap.parse_args()
+    print(f"{'case':<22} {'distrun ms':>10} {'check':>6} {'cupy ms':>8} {'speed':>6} {'of copy bw':>10}")
+    for name in a.cases:
+        dtype, shape, src, dst = CASES[name]
+        t, passed, err = distrun(a.bin, spec(dtype, shape, src, dst, a.iterations))
+        x = cp.zeros(shape, dtype=CUPY[dtype], order=src)
+        move = cp.asfortranarray if dst == "F" else cp.ascontiguousarray
+        c = timed(lambda: move(x), a.iterations)
+        y = cp.empty_like(x)
+        copy = timed(lambda: cp.copyto(y, x), a.iterations)
+        if t is None:
+            print(f"{name:<22} {'failed':>10} {'':>6} {c * 1e3:8.3f}   {err}")
+            continue
+        print(f"{name:<22} {t * 1e3:10.3f} {str(passed):>6} {c * 1e3:8.3f} {c / t:5.2f}x {copy / t:9.0%}")
+
+
+if __name__ == "__main__":
+    main()
