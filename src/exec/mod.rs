@@ -117,6 +117,9 @@ pub fn run(plan: &Plan, ctx: &Context, opts: &Options) -> Result<bool> {
             &loaded.spec.runtime.device_map,
             heap,
         )?;
+        for (what, seconds) in backend.startup() {
+            progress.setup(what, *seconds);
+        }
         progress.setup("GPU backend up", started.elapsed().as_secs_f64());
         let room = memory::Room::Device {
             free: backend.free_memory()?,

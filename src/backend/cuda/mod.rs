@@ -152,6 +152,28 @@ extern "C" __global__ void complex_product(const void* all, void* out, int f64,
 }
 "#;
 
+/// The parts of a start-up and their times.
+struct Clock {
+    laps: Vec<(&'static str, f64)>,
+    since: std::time::Instant,
+}
+
+impl Clock {
+    fn start() -> Self {
+        Clock {
+            laps: Vec::new(),
+            since: std::time::Instant::now(),
+        }
+    }
+
+    /// Ends the part called `what`, begun at the previous lap (or the start).
+    fn lap(&mut self, what: &'static str) {
+        let now = std::time::Instant::now();
+        self.laps.push((what, (now - self.since).as_secs_f64()));
+        self.since = now;
+    }
+}
+
 /// A launch of one thread per element over `n` elements (grid-stride loops cover the rest).
 fn launch_config(n: u64) -> LaunchConfig {
     LaunchConfig {
@@ -272,6 +294,8 @@ impl Drop for DevBuf {
 /// One rank's GPU, stream, kernels, NCCL communicator, and the cuBLAS handle and cuFFT plans
 /// once used.
 pub struct Cuda<'a> {
+    /// How long each part of starting it took (see [`Cuda::startup`]).
+    startup: Vec<(&'static str, f64)>,
     comm: &'a dyn Comm,
     stream: Arc<CudaStream>,
     /// The stream of communication that overlaps computation ([`Backend::side`]).
@@ -406,8 +430,11 @@ impl<'a> Cuda<'a> {
         map: &DeviceMap,
         heap: Option<usize>,
     ) -> Result<Self> {
+        let mut clock = Clock::start();
         probe::require(&[probe::Lib::Driver, probe::Lib::Nvrtc, probe::Lib::Nccl])?;
+        clock.lap("libraries loaded");
         let ordinal = place(comm, host, map)?;
+        clock.lap("GPU chosen");
         let ctx =
             CudaContext::new(ordinal).with_context(|| format!("cannot open GPU {ordinal}"))?;
         // One stream per rank: ordering is the stream's, so cudarc's per-buffer events are off.
@@ -416,12 +443,18 @@ impl<'a> Cuda<'a> {
         let stream = ctx.default_stream();
         // (A higher priority for it was measured slower: bench/RESULTS.md.)
         let side_stream = ctx.new_stream()?;
+        clock.lap("CUDA context");
         let kernels = Kernels::compile(&ctx)?;
+        clock.lap("kernels compiled");
         let nccl_comm = nccl_comm(comm)?;
+        clock.lap("NCCL communicator");
         let nvshmem = match heap {
             Some(bytes) => Some(nvshmem::Nvshmem::init(comm, bytes)?),
             None => None,
         };
+        if nvshmem.is_some() {
+            clock.lap("NVSHMEM");
+        }
         let name = ctx.name().unwrap_or_else(|_| "unknown GPU".into());
         let nvshmem_version = nvshmem.as_ref().map(|nv| nv.version());
         Ok(Cuda {
@@ -437,12 +470,15 @@ impl<'a> Cuda<'a> {
             tables: RefCell::default(),
             ffts: RefCell::new(Vec::new()),
             name: format!("cuda:{ordinal} ({name}; {})", versions(nvshmem_version)),
+            startup: clock.laps,
         })
     }
 
-    /// The device address of a copy of `values` (kernel tables: copy runs, bias rows). Steps
-    /// pass the same tables every iteration, so each is copied to the GPU once and kept, keyed
-    /// by a hash of its contents.
+    /// How long each part of starting the backend took, in seconds (for `-v`).
+    pub fn startup(&self) -> &[(&'static str, f64)] {
+        &self.startup
+    }
+
     /// Copies runs that make grids (see [`RunGrid`]) in tiles, each read and written along the
     /// axis that is contiguous on its side (elements of 1, 2, 4, 8 or 16 bytes).
     fn copy_grid(&self, src: &DevBuf, dst: &mut DevBuf, g: &RunGrid, elem: usize) -> Result<()> {
@@ -488,6 +524,9 @@ impl<'a> Cuda<'a> {
         Ok(())
     }
 
+    /// The device address of a copy of `values` (kernel tables: copy runs, bias rows). Steps
+    /// pass the same tables every iteration, so each is copied to the GPU once and kept, keyed
+    /// by a hash of its contents.
     fn device_table(&self, values: &[u64]) -> Result<u64> {
         // SAFETY: u64s read as their bytes.
         let bytes = unsafe {
