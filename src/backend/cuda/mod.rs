@@ -303,7 +303,8 @@ pub struct Cuda<'a> {
     /// Inside a `side` stretch: copies and NCCL calls go to `side_stream`.
     on_side: Cell<bool>,
     kernels: Kernels,
-    nccl: nccl_sys::ncclComm_t,
+    /// The NCCL communicator; none for one rank, whose collectives are local copies.
+    nccl: Option<nccl_sys::ncclComm_t>,
     blas: OnceCell<cudarc::cublas::CudaBlas>,
     /// cuBLASLt, for GEMMs with a fused epilog (made on first use).
     lt: OnceCell<lt::Lt>,
@@ -446,8 +447,14 @@ impl<'a> Cuda<'a> {
         clock.lap("CUDA context");
         let kernels = Kernels::compile(&ctx)?;
         clock.lap("kernels compiled");
-        let nccl_comm = nccl_comm(comm)?;
-        clock.lap("NCCL communicator");
+        // One rank communicates with nobody: no communicator (half a second of start-up).
+        let nccl_comm = match comm.size() {
+            1 => None,
+            _ => Some(nccl_comm(comm)?),
+        };
+        if nccl_comm.is_some() {
+            clock.lap("NCCL communicator");
+        }
         let nvshmem = match heap {
             Some(bytes) => Some(nvshmem::Nvshmem::init(comm, bytes)?),
             None => None,
@@ -590,14 +597,37 @@ impl Drop for Cuda<'_> {
     fn drop(&mut self) {
         self.ffts.borrow_mut().clear();
         self.blas.take();
-        // SAFETY: the communicator this backend created, destroyed once.
-        unsafe {
-            let _ = nccl::comm_destroy(self.nccl);
+        if let Some(comm) = self.nccl {
+            // SAFETY: the communicator this backend created, destroyed once.
+            unsafe {
+                let _ = nccl::comm_destroy(comm);
+            }
         }
     }
 }
 
 impl Cuda<'_> {
+    /// The NCCL communicator (a collective of several ranks has one).
+    fn nccl(&self) -> Result<nccl_sys::ncclComm_t> {
+        self.nccl
+            .ok_or_else(|| anyhow!("no NCCL communicator: one rank's collectives are copies"))
+    }
+
+    /// One rank's collective, which moves its own data only: the first `bytes` of `src` from
+    /// byte `from` into `dst` from byte `to`; true where this rank is alone (then it is done).
+    fn alone(
+        &self,
+        src: &DevBuf,
+        dst: &mut DevBuf,
+        (from, to, bytes): (usize, usize, usize),
+    ) -> Result<bool> {
+        if self.nccl.is_some() {
+            return Ok(false);
+        }
+        self.copy_runs(src, dst, &[Run::contiguous(from, to, bytes)], 1)?;
+        Ok(true)
+    }
+
     /// The product over the ranks of complex values, which NCCL cannot reduce: every rank's
     /// `send` gathered on every rank, then elements `first..first + count` multiplied in rank
     /// order (in double precision, rounded once) into `recv` where this rank receives.
@@ -620,7 +650,7 @@ impl Cuda<'_> {
                     a as _,
                     send.len,
                     nccl_sys::ncclDataType_t::ncclUint8,
-                    self.nccl,
+                    self.nccl()?,
                     self.raw_stream(),
                 )
             }
@@ -897,6 +927,14 @@ impl Backend for Cuda<'_> {
         from: &Parts,
         elem: usize,
     ) -> Result<()> {
+        let own = (
+            to.displs[0] * elem,
+            from.displs[0] * elem,
+            to.counts[0] * elem,
+        );
+        if self.alone(send, recv, own)? {
+            return Ok(());
+        }
         let stream = self.raw_stream();
         let (s, _g1) = send.data.device_ptr(&self.stream);
         let (r, _g2) = recv.data.device_ptr_mut(&self.stream);
@@ -912,7 +950,7 @@ impl Backend for Cuda<'_> {
                         sc,
                         nccl_sys::ncclDataType_t::ncclUint8,
                         peer as i32,
-                        self.nccl,
+                        self.nccl()?,
                         stream,
                     )
                     .map_err(nccl_err)?;
@@ -923,7 +961,7 @@ impl Backend for Cuda<'_> {
                         rc,
                         nccl_sys::ncclDataType_t::ncclUint8,
                         peer as i32,
-                        self.nccl,
+                        self.nccl()?,
                         stream,
                     )
                     .map_err(nccl_err)?;
@@ -941,6 +979,9 @@ impl Backend for Cuda<'_> {
         dtype: DType,
         op: ReduceOp,
     ) -> Result<()> {
+        if self.alone(send, recv, (0, 0, send.len))? {
+            return Ok(());
+        }
         if complex_product(dtype, op) {
             let n = send.len / dtype.size() as usize;
             return self.complex_product(send, Some(recv), dtype, (0, n));
@@ -951,8 +992,18 @@ impl Backend for Cuda<'_> {
         let (s, _g1) = send.data.device_ptr(&self.stream);
         let (r, _g2) = recv.data.device_ptr_mut(&self.stream);
         // SAFETY: both buffers hold `count` elements.
-        unsafe { nccl::all_reduce(s as _, r as _, count, t, op, self.nccl, self.raw_stream()) }
-            .map_err(nccl_err)?;
+        unsafe {
+            nccl::all_reduce(
+                s as _,
+                r as _,
+                count,
+                t,
+                op,
+                self.nccl()?,
+                self.raw_stream(),
+            )
+        }
+        .map_err(nccl_err)?;
         Ok(())
     }
 
@@ -964,6 +1015,9 @@ impl Backend for Cuda<'_> {
         op: ReduceOp,
         root: usize,
     ) -> Result<()> {
+        if self.alone(send, recv, (0, 0, send.len))? {
+            return Ok(());
+        }
         if complex_product(dtype, op) {
             let n = send.len / dtype.size() as usize;
             let here = (self.rank() == root).then_some(recv);
@@ -990,7 +1044,7 @@ impl Backend for Cuda<'_> {
                 t,
                 op,
                 root as i32,
-                self.nccl,
+                self.nccl()?,
                 self.raw_stream(),
             )
         }
@@ -1006,6 +1060,10 @@ impl Backend for Cuda<'_> {
         dtype: DType,
         op: ReduceOp,
     ) -> Result<()> {
+        let own = counts[0] * dtype.size() as usize;
+        if self.alone(send, recv, (0, 0, own))? {
+            return Ok(());
+        }
         if complex_product(dtype, op) {
             let first = counts[..self.rank()].iter().sum();
             return self.complex_product(send, Some(recv), dtype, (first, counts[self.rank()]));
@@ -1030,7 +1088,7 @@ impl Backend for Cuda<'_> {
                         t,
                         op,
                         root as i32,
-                        self.nccl,
+                        self.nccl()?,
                         self.raw_stream(),
                     )
                 }
@@ -1048,7 +1106,7 @@ impl Backend for Cuda<'_> {
                 counts[0] * lanes,
                 t,
                 op,
-                self.nccl,
+                self.nccl()?,
                 self.raw_stream(),
             )
         }
@@ -1058,6 +1116,13 @@ impl Backend for Cuda<'_> {
 
     fn broadcast(&self, send: Option<&Self::Buf>, recv: &mut Self::Buf, root: usize) -> Result<()> {
         let len = recv.len;
+        if self.nccl.is_none() {
+            // Alone: the root's data is already here, or is copied from `send`.
+            if let Some(send) = send {
+                self.alone(send, recv, (0, 0, len))?;
+            }
+            return Ok(());
+        }
         let (r, _g) = recv.data.device_ptr_mut(&self.stream);
         let source = match send.filter(|_| self.rank() == root) {
             Some(send) => send.data.device_ptr(&self.stream),
@@ -1071,7 +1136,7 @@ impl Backend for Cuda<'_> {
                 len,
                 nccl_sys::ncclDataType_t::ncclUint8,
                 root as i32,
-                self.nccl,
+                self.nccl()?,
                 self.raw_stream(),
             )
         }
@@ -1110,6 +1175,9 @@ impl Backend for Cuda<'_> {
     }
 
     fn align(&self) -> Result<()> {
+        if self.nccl.is_none() {
+            return Ok(());
+        }
         let mut one = self.zeros(4)?;
         let (p, _g) = one.data.device_ptr_mut(&self.stream);
         // SAFETY: one f32 in place on every rank.
@@ -1120,7 +1188,7 @@ impl Backend for Cuda<'_> {
                 1,
                 nccl_sys::ncclDataType_t::ncclFloat32,
                 nccl_sys::ncclRedOp_t::ncclSum,
-                self.nccl,
+                self.nccl()?,
                 self.raw_stream(),
             )
         }
