@@ -4,6 +4,7 @@
 //! included) transposes to the complementary slab; the remaining axis is transformed; the result
 //! moves to the output's distribution and layout (the input's slab with `reshape = true`, boxes
 //! for pencils). r2c transforms the last axis first, c2r last, so that it is whole when they run.
+//! A rank that holds the whole tensor (one rank) transforms every axis in one local phase.
 
 mod back;
 mod batched;
