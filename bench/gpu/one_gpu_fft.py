@@ -10,15 +10,8 @@ CUDA events, their mean (distrun's `timing = "queued"`). Prints one row per case
 time, cupy's, and distrun's speed as cupy's time over distrun's (>= 0.95 is the target).
 """
 import argparse
-import json
-import os
-import pathlib
-import subprocess
-import tempfile
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           NCCL_NVLS_ENABLE="0", NVSHMEM_DISABLE_NVLS="1")
+from one_gpu import ROOT, first_step, timed
 
 # name: (kind, input dtype, shape, layout)
 CASES = {
@@ -63,18 +56,6 @@ tensors = []
 """
 
 
-def distrun(binary, text):
-    with tempfile.TemporaryDirectory() as d:
-        path = pathlib.Path(d) / "spec.toml"
-        path.write_text(text)
-        run = subprocess.run([binary, "run", str(path), "--out", f"{d}/run", "-q"],
-                             env=ENV, capture_output=True, text=True)
-        if run.returncode != 0:
-            return None, run.stderr.strip().splitlines()[-1:]
-        m = json.loads((pathlib.Path(d) / "run/manifest.json").read_text())
-        return m["steps"][0]["time_s"]["median"], None
-
-
 def cupy_time(kind, dtype, shape, layout, iterations):
     import cupy as cp
     real = {"c64": cp.complex64, "c128": cp.complex128, "f32": cp.float32, "f64": cp.float64}[dtype]
@@ -88,15 +69,7 @@ def cupy_time(kind, dtype, shape, layout, iterations):
         f = lambda: cp.fft.rfftn(x)
     else:
         f = lambda: cp.fft.fftn(x)
-    for _ in range(2):
-        f()
-    start, end = cp.cuda.Event(), cp.cuda.Event()
-    start.record()
-    for _ in range(iterations):
-        f()
-    end.record()
-    end.synchronize()
-    return cp.cuda.get_elapsed_time(start, end) / 1e3 / iterations
+    return timed(f, iterations)
 
 
 def main():
@@ -108,7 +81,8 @@ def main():
     print(f"{'case':<20} {'distrun ms':>11} {'cupy ms':>9} {'speed':>7}")
     for name in a.cases:
         kind, dtype, shape, layout = CASES[name]
-        t, err = distrun(a.bin, spec(kind, dtype, shape, layout, a.iterations))
+        step, err = first_step(a.bin, spec(kind, dtype, shape, layout, a.iterations))
+        t = step and step["time_s"]["median"]
         c = cupy_time(kind, dtype, shape, layout, a.iterations)
         if t is None:
             print(f"{name:<20} {'failed':>11} {c * 1e3:9.3f}   {err}")

@@ -11,15 +11,8 @@ Prints each case's times, distrun's speed against cupy, and the fraction of the 
 it reaches (read and write counted once each, as a copy's).
 """
 import argparse
-import json
-import os
-import pathlib
-import subprocess
-import tempfile
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           NCCL_NVLS_ENABLE="0", NVSHMEM_DISABLE_NVLS="1")
+from one_gpu import ROOT, first_step, timed
 
 # name: (dtype, shape, from layout, to layout)
 CASES = {
@@ -62,31 +55,6 @@ tensors = []
 """
 
 
-def distrun(binary, text):
-    with tempfile.TemporaryDirectory() as d:
-        path = pathlib.Path(d) / "spec.toml"
-        path.write_text(text)
-        run = subprocess.run([binary, "run", str(path), "--out", f"{d}/run", "-q"],
-                             env=ENV, capture_output=True, text=True)
-        if run.returncode != 0:
-            return None, None, run.stderr.strip().splitlines()[-1:]
-        step = json.loads((pathlib.Path(d) / "run/manifest.json").read_text())["steps"][0]
-        return step["time_s"]["median"], step["check"]["passed"], None
-
-
-def timed(f, iterations):
-    import cupy as cp
-    for _ in range(2):
-        f()
-    start, end = cp.cuda.Event(), cp.cuda.Event()
-    start.record()
-    for _ in range(iterations):
-        f()
-    end.record()
-    end.synchronize()
-    return cp.cuda.get_elapsed_time(start, end) / 1e3 / iterations
-
-
 def main():
     import cupy as cp
     ap = argparse.ArgumentParser()
@@ -97,7 +65,9 @@ def main():
     print(f"{'case':<22} {'distrun ms':>10} {'check':>6} {'cupy ms':>8} {'speed':>6} {'of copy bw':>10}")
     for name in a.cases:
         dtype, shape, src, dst = CASES[name]
-        t, passed, err = distrun(a.bin, spec(dtype, shape, src, dst, a.iterations))
+        step, err = first_step(a.bin, spec(dtype, shape, src, dst, a.iterations))
+        t = step and step["time_s"]["median"]
+        passed = step and step["check"]["passed"]
         x = cp.zeros(shape, dtype=CUPY[dtype], order=src)
         move = cp.asfortranarray if dst == "F" else cp.ascontiguousarray
         c = timed(lambda: move(x), a.iterations)

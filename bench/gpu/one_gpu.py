@@ -1,0 +1,39 @@
+"""What the one-GPU benchmarks share: running a spec with distrun's one rank and reading its
+step back, and timing a cupy call the way distrun's `timing = "queued"` times a step (2 warm-up
+runs, then the iterations back to back between one pair of CUDA events, their mean)."""
+import json
+import os
+import pathlib
+import subprocess
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           NCCL_NVLS_ENABLE="0", NVSHMEM_DISABLE_NVLS="1")
+
+
+def first_step(binary, text):
+    """The manifest record of the first step of the spec `text` run by `binary`, and None; or
+    None and the run's last line of errors."""
+    with tempfile.TemporaryDirectory() as d:
+        path = pathlib.Path(d) / "spec.toml"
+        path.write_text(text)
+        run = subprocess.run([binary, "run", str(path), "--out", f"{d}/run", "-q"],
+                             env=ENV, capture_output=True, text=True)
+        if run.returncode != 0:
+            return None, run.stderr.strip().splitlines()[-1:]
+        return json.loads((pathlib.Path(d) / "run/manifest.json").read_text())["steps"][0], None
+
+
+def timed(f, iterations):
+    """Seconds per call of `f` (a cupy call), timed as distrun's queued steps are."""
+    import cupy as cp
+    for _ in range(2):
+        f()
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    start.record()
+    for _ in range(iterations):
+        f()
+    end.record()
+    end.synchronize()
+    return cp.cuda.get_elapsed_time(start, end) / 1e3 / iterations
