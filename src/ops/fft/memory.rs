@@ -110,18 +110,7 @@ pub fn heap_room(f: &Fft, input: &TensorState, out: &TensorState, ranks: u64) ->
 fn whole_workspace(step: &Fft, input: &TensorState, out: &TensorState) -> u64 {
     let piece = |s: &TensorState| local_bytes(s, 1, 0) as u64;
     let staged = |from: &TensorState, to: &TensorState| staged_bytes(from, &Side::of(to), 1, 0);
-    let layout = match super::whole_in_place_order(step, input, out) {
-        true => input.layout,
-        false => Layout::C,
-    };
-    let work_in = TensorState {
-        layout,
-        ..input.clone()
-    };
-    let natural = TensorState {
-        layout,
-        ..out.clone()
-    };
+    let [work_in, natural] = super::whole_ends(step, input, out);
     let to_work = match work_in == *input {
         true => 0,
         false => staged(input, &work_in),

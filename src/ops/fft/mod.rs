@@ -132,12 +132,7 @@ fn phases(step: &Fft, input: &TensorState, out: &TensorState, (ranks, rank): (u6
             n: out.shape[last] as usize,
         });
     }
-    let real_shape = match step.kind {
-        FftKind::C2r => &out.shape,
-        FftKind::C2c | FftKind::R2c => &input.shape,
-    };
-    let n: f64 = real_shape.iter().map(|&x| x as f64).product();
-    let s = Some(scale(step.norm, step.direction, n)).filter(|&s| s != 1.0);
+    let s = norm_scale(step, input, out);
     let by_rows = back_by_rows(step.kind, s0, out, ranks as usize);
     let middle = middle(step, input, out, s0);
     [
@@ -156,11 +151,34 @@ fn phases(step: &Fft, input: &TensorState, out: &TensorState, (ranks, rank): (u6
     ]
 }
 
+/// The factor the norm applies in the step's direction (None where it is 1).
+fn norm_scale(step: &Fft, input: &TensorState, out: &TensorState) -> Option<f64> {
+    let real_shape = match step.kind {
+        FftKind::C2r => &out.shape,
+        FftKind::C2c | FftKind::R2c => &input.shape,
+    };
+    let n: f64 = real_shape.iter().map(|&x| x as f64).product();
+    Some(scale(step.norm, step.direction, n)).filter(|&s| s != 1.0)
+}
+
 /// Whether a rank holding the whole tensor transforms it in the order it is stored: a c2c from
 /// and to F order (an FFT over every axis of an F-order array is the same FFT of the C-order
 /// array of the reversed shape); otherwise it works in C order.
-pub(super) fn whole_in_place_order(step: &Fft, input: &TensorState, out: &TensorState) -> bool {
+fn whole_in_place_order(step: &Fft, input: &TensorState, out: &TensorState) -> bool {
     step.kind == FftKind::C2c && input.layout == Layout::F && out.layout == Layout::F
+}
+
+/// Where a rank holding the whole tensor transforms it: the input and the result in the order
+/// the one phase works in (see [`whole_in_place_order`]).
+pub(super) fn whole_ends(step: &Fft, input: &TensorState, out: &TensorState) -> [TensorState; 2] {
+    let layout = match whole_in_place_order(step, input, out) {
+        true => input.layout,
+        false => Layout::C,
+    };
+    [input, out].map(|s| TensorState {
+        layout,
+        ..s.clone()
+    })
 }
 
 /// The one local phase of an FFT over every axis (see [`PreparedFft`]'s `whole`): r2c's real
@@ -184,11 +202,6 @@ fn whole_phase(step: &Fft, input: &TensorState, out: &TensorState, as_is: bool) 
             n: out.shape[last] as usize,
         });
     }
-    let real_shape = match step.kind {
-        FftKind::C2r => &out.shape,
-        FftKind::C2c | FftKind::R2c => &input.shape,
-    };
-    let n: f64 = real_shape.iter().map(|&x| x as f64).product();
     let mut shape: Vec<usize> = input.shape.iter().map(|&x| x as usize).collect();
     if as_is {
         shape.reverse();
@@ -196,7 +209,7 @@ fn whole_phase(step: &Fft, input: &TensorState, out: &TensorState, as_is: bool) 
     Phase {
         shape,
         ops,
-        scale: Some(scale(step.norm, step.direction, n)).filter(|&s| s != 1.0),
+        scale: norm_scale(step, input, out),
         rows: None,
     }
 }
@@ -300,18 +313,7 @@ impl<B: Backend> PreparedFft<B> {
     /// library call: a cuFFT plan over all axes), from the input in C order (or in F order as
     /// it is, for a c2c whose result is in F order too) straight into the result's layout.
     fn whole(b: &B, step: &Fft, input: &TensorState, out: &TensorState) -> Result<Self> {
-        let as_is = whole_in_place_order(step, input, out);
-        let work_in = match as_is {
-            true => input.clone(),
-            false => TensorState {
-                layout: Layout::C,
-                ..input.clone()
-            },
-        };
-        let natural = TensorState {
-            layout: work_in.layout,
-            ..out.clone()
-        };
+        let [work_in, natural] = whole_ends(step, input, out);
         let to_work = match work_in == *input {
             true => None,
             false => {
@@ -329,7 +331,7 @@ impl<B: Backend> PreparedFft<B> {
         Ok(PreparedFft {
             precision: middle(step, input, out, 0).dtype,
             to_work,
-            phase1: whole_phase(step, input, out, as_is),
+            phase1: whole_phase(step, input, out, work_in.layout == Layout::F),
             after1: b.zeros(0)?,
             transpose: Transpose::None,
             phase2: None,
