@@ -344,6 +344,7 @@ fn step_record(s: &super::StepRecord, planned: &crate::plan::StepPlan) -> manife
         iterations: s.times.len() as u64,
         warmup: u64::from(s.warmup),
         time_s: TimeStats { min, median, max },
+        figures: planned.figures.clone(),
         tflops: s.flops.filter(|_| median > 0.0).map(|f| f / median / 1e12),
         algbw_gbs: bw.map(|b| b.0),
         busbw_gbs: bw.map(|b| b.1),

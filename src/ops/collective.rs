@@ -12,6 +12,7 @@ use crate::backend::work::Run;
 use crate::dist::TensorState;
 use crate::exec::{StepRun, pick_via};
 use crate::plan::StepPlan;
+use crate::plan::figures::Figures;
 use crate::plan::memory::Needs;
 use crate::plan::resolve::Resolver;
 use crate::runtime::comm::Parts;
@@ -183,6 +184,23 @@ impl<C: Collective> Op for C {
             // A movement puts straight into its result, a tensor on the heap already.
             heap: 0,
         }
+    }
+
+    /// nccl-tests' size: what the step's algbw divides by.
+    fn figures(&self, planned: &StepPlan, ranks: u64) -> Figures {
+        let mut f = Figures::of_input(planned, ranks);
+        if let (Some(input), Some(output)) = (planned.input_states.first(), &planned.output_state) {
+            let (bytes, _) = self.bandwidth(
+                &Moving {
+                    input,
+                    output,
+                    ranks,
+                },
+                0.0,
+            );
+            f.set_bytes(bytes as u64, input.dtype);
+        }
+        f
     }
 
     fn run<B: Backend>(&self, run: &mut StepRun<'_, B>) -> Result<Option<B::Buf>> {

@@ -7,6 +7,7 @@ use crate::backend::cuda::probe::Lib;
 use crate::dist::TensorState;
 use crate::exec::StepRun;
 use crate::plan::StepPlan;
+use crate::plan::figures::Figures;
 use crate::plan::memory::Needs;
 use crate::plan::resolve::Resolver;
 use crate::spec::step::StepCommon;
@@ -37,6 +38,12 @@ pub trait Op {
     /// What the step holds beside its inputs and result, as planned (`out`: its result's
     /// state), for every rank.
     fn needs<'a>(&'a self, planned: &'a StepPlan, out: &'a TensorState, ranks: u64) -> Needs<'a>;
+
+    /// What the step is in a report's figures, as planned for `ranks` ranks (default: its first
+    /// input's bytes, count and dtype, its reduction and root).
+    fn figures(&self, planned: &StepPlan, ranks: u64) -> Figures {
+        Figures::of_input(planned, ranks)
+    }
 
     /// The GPU library the op needs beside the driver, NVRTC and NCCL.
     fn library(&self) -> Option<Lib> {

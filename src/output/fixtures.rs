@@ -92,6 +92,7 @@ pub fn sample_manifest(algorithm: Checksum) -> Manifest {
             .collect(),
         checksum_algorithm: algorithm,
         steps: vec![StepRecord {
+            figures: Default::default(),
             name: "matmul-0".to_string(),
             op: "matmul".to_string(),
             algorithm: Some("ag_gemm".to_string()),

@@ -2,6 +2,7 @@
 
 use super::plain::open_plain;
 use super::rundir::RunDir;
+use crate::plan::figures::Figures;
 use crate::spec::model::Checksum;
 use crate::spec::tensor::{DType, Layout};
 use anyhow::Context;
@@ -89,6 +90,10 @@ pub struct StepRecord {
     pub warmup: u64,
     /// Seconds per iteration, of the slowest rank.
     pub time_s: TimeStats,
+    /// What the step was, for a report that reads no spec: bytes (nccl-tests' size), count,
+    /// dtype, reduce, root; matmul m, n, k; FFT shape and kind.
+    #[serde(flatten)]
+    pub figures: Figures,
     /// Tera floating-point operations per second at the median time (matmul: 2mnk/t).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tflops: Option<f64>,

@@ -1,6 +1,7 @@
 //! Planning: every tensor and step resolved for N ranks (local shapes, bytes, symmetric heap,
 //! algorithm choices), with no device, no MPI and nothing written.
 
+pub mod figures;
 pub mod heap;
 pub mod memory;
 mod report;
@@ -59,6 +60,8 @@ pub struct StepPlan {
     pub matmul: Option<crate::ops::matmul::MatmulChoice>,
     /// What it holds beside its tensors (filled in by [`plan`]).
     pub memory: memory::StepMemory,
+    /// What a report reads of it (filled in by [`plan`]).
+    pub figures: figures::Figures,
 }
 
 impl StepPlan {
@@ -155,6 +158,7 @@ pub fn plan(loaded: &Loaded, ranks: u64) -> Result<Plan, Vec<Diagnostic>> {
     let mut steps = resolved.steps;
     for planned in &mut steps {
         planned.memory = memory::step_memory(planned, ranks, puts);
+        planned.figures = planned.step.as_op().figures(planned, ranks);
     }
     let symmetric_heap_bytes =
         symmetric_tensor_bytes + steps.iter().map(|s| s.memory.heap).sum::<u64>();

@@ -138,6 +138,9 @@ impl Plan {
                     "inputs": s.inputs,
                     "outputs": s.outputs,
                 });
+                if let Ok(Value::Object(figures)) = serde_json::to_value(&s.figures) {
+                    v.as_object_mut().expect("an object").extend(figures);
+                }
                 let most = |v: &[u64]| v.iter().copied().max().unwrap_or(0);
                 v["workspace_bytes_per_rank"] = json!(most(&s.memory.run));
                 v["check_bytes_per_rank"] = json!(most(&s.memory.check));
@@ -225,6 +228,7 @@ impl Plan {
             "name",
             "inputs",
             "outputs",
+            "bytes",
             "algorithm",
             "sends/rank",
             "detail",
@@ -237,6 +241,7 @@ impl Plan {
                 s.name.clone(),
                 s.inputs.join(", "),
                 s.outputs.join(", "),
+                s.figures.bytes.map_or("-".into(), human_bytes),
                 m.map_or("-", |m| m.algorithm.name()).to_string(),
                 m.and_then(|m| m.bytes_per_rank)
                     .map_or("-".into(), human_bytes),

@@ -9,6 +9,7 @@ use crate::dist::TensorState;
 use crate::exec::{StepRun, pick_via};
 use crate::ops::{Op, out_or_input};
 use crate::plan::StepPlan;
+use crate::plan::figures::Figures;
 use crate::plan::memory::Needs;
 use crate::plan::resolve::Resolver;
 use crate::spec::step::StepCommon;
@@ -44,6 +45,20 @@ impl Op for Fft {
             check: Box::new(move |r| memory::check_workspace(self, input, out, (ranks, r))),
             heap: memory::heap_room(self, input, out, ranks),
         }
+    }
+
+    /// Its shape (the real side's for r2c and c2r) and kind.
+    fn figures(&self, planned: &StepPlan, ranks: u64) -> Figures {
+        let mut f = Figures::of_input(planned, ranks);
+        let real = match (self.kind, &planned.output_state) {
+            (FftKind::C2r, Some(out)) => out,
+            _ => &planned.input_states[0],
+        };
+        f.shape = Some(real.shape.clone());
+        f.kind = serde_json::to_value(self.kind)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string));
+        f
     }
 
     fn library(&self) -> Option<Lib> {

@@ -10,6 +10,7 @@ use crate::exec::{Chosen, StepRun, trials};
 use crate::ops::Op;
 use crate::ops::movement::local_bytes;
 use crate::plan::StepPlan;
+use crate::plan::figures::Figures;
 use crate::plan::memory::Needs;
 use crate::plan::resolve::Resolver;
 use crate::spec::step::StepCommon;
@@ -59,6 +60,16 @@ impl Op for Matmul {
         }
     }
 
+    /// Its m, n and k beside the default figures (of `a`).
+    fn figures(&self, planned: &StepPlan, ranks: u64) -> Figures {
+        let mut f = Figures::of_input(planned, ranks);
+        if let Some(out) = &planned.output_state {
+            let [m, n, k] = self.mnk(&planned.input_states[0], out);
+            (f.m, f.n, f.k) = (Some(m), Some(n), Some(k));
+        }
+        f
+    }
+
     fn library(&self) -> Option<Lib> {
         Some(Lib::Cublas)
     }
@@ -106,14 +117,19 @@ impl Op for Matmul {
 
 impl Matmul {
     /// Floating-point operations of one run: 2mnk, 8mnk for complex dtypes.
-    fn flops(&self, a: &TensorState, out: &TensorState) -> f64 {
+    /// The product's m, n and k (of `op(a)`: m x k, `op(b)`: k x n).
+    fn mnk(&self, a: &TensorState, out: &TensorState) -> [u64; 3] {
         let k = if self.transpose_a {
             a.shape[0]
         } else {
             a.shape[1]
         };
+        [out.shape[0], out.shape[1], k]
+    }
+
+    fn flops(&self, a: &TensorState, out: &TensorState) -> f64 {
         let per_fma = if out.dtype.is_complex() { 8.0 } else { 2.0 };
-        per_fma * out.shape[0] as f64 * out.shape[1] as f64 * k as f64
+        per_fma * self.mnk(a, out).iter().map(|&x| x as f64).product::<f64>()
     }
 }
 

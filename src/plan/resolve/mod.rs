@@ -516,6 +516,7 @@ impl Resolver<'_> {
             input_states: Vec::new(),
             output_state: None,
             memory: Default::default(),
+            figures: Default::default(),
         };
         let ins: Vec<Option<TensorState>> = step
             .inputs()
