@@ -235,11 +235,11 @@ fn clean(dir: &std::path::Path) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Loads a spec file (syntax, schema); where the schema fails, the report also has the meaning
-/// errors of the rest of the spec (at `ranks`, else the spec's own rank count), so that every
-/// error comes at once.
-fn load(path: &std::path::Path, ranks: Option<u64>) -> Result<spec::Loaded, InvalidSpec> {
-    spec::load_file(path).map_err(|invalid| with_meaning_errors(invalid, ranks))
+/// Loads a spec file's points (syntax, schema); where the schema fails, the report also has the
+/// meaning errors of the rest of the spec (at `ranks`, else the spec's own rank count), so that
+/// every error comes at once.
+fn load(path: &std::path::Path, ranks: Option<u64>) -> Result<spec::Swept, InvalidSpec> {
+    spec::load_swept(path).map_err(|invalid| with_meaning_errors(invalid, ranks))
 }
 
 /// A schema-invalid spec's report with the meaning errors of its repaired rest added: those
@@ -262,11 +262,12 @@ fn with_meaning_errors(invalid: InvalidSpec, ranks: Option<u64>) -> InvalidSpec 
     loaded.invalid(&all)
 }
 
-/// All three validation passes over one spec file.
+/// All three validation passes over one spec file (over every point of a sweep).
 pub fn validate(path: &std::path::Path, ranks: Option<u64>) -> Result<(), InvalidSpec> {
-    let loaded = load(path, ranks)?;
-    let ranks = ranks_for(&loaded, ranks);
-    plan::resolve(&loaded, ranks).map_err(|d| loaded.invalid(&d))?;
+    let swept = load(path, ranks)?;
+    let ranks = ranks_for(swept.first(), ranks);
+    (swept.per_point(|loaded| plan::resolve(loaded, ranks)))
+        .map_err(|d| swept.first().invalid(&d))?;
     Ok(())
 }
 
@@ -288,10 +289,10 @@ fn rank_count(text: &str) -> Result<u64, String> {
     }
 }
 
-/// Loads, validates and plans one spec file.
-pub fn plan_spec(path: &std::path::Path, ranks: Option<u64>) -> Result<plan::Plan, InvalidSpec> {
-    let loaded = load(path, ranks)?;
-    let Some(ranks) = ranks_for(&loaded, ranks) else {
+/// Loads, validates and plans one spec file (every point of a sweep).
+pub fn plan_spec(path: &std::path::Path, ranks: Option<u64>) -> Result<plan::Plans, InvalidSpec> {
+    let swept = load(path, ranks)?;
+    let Some(ranks) = ranks_for(swept.first(), ranks) else {
         return Err(InvalidSpec {
             report: format!(
                 "{}: the rank count is unknown: give --ranks N (or set runtime.ranks)\n",
@@ -301,14 +302,14 @@ pub fn plan_spec(path: &std::path::Path, ranks: Option<u64>) -> Result<plan::Pla
             schema: None,
         });
     };
-    plan::plan(&loaded, ranks).map_err(|d| loaded.invalid(&d))
+    plan::Plans::new(&swept, ranks).map_err(|d| swept.first().invalid(&d))
 }
 
 /// Runs a spec on this rank: validation errors are printed by the first rank only (every rank
 /// finds the same), a failure on any rank stops them all.
 fn run_spec(path: &std::path::Path, device: Option<&str>, opts: &crate::exec::Options) -> ExitCode {
     let first = crate::runtime::launcher::rank_hint().is_none_or(|r| r == 0);
-    let mut loaded = match load(path, None) {
+    let mut swept = match load(path, None) {
         Ok(l) => l,
         Err(invalid) => {
             if first {
@@ -318,17 +319,20 @@ fn run_spec(path: &std::path::Path, device: Option<&str>, opts: &crate::exec::Op
         }
     };
     if let Some(d) = device {
-        loaded.spec.runtime.device = match d {
-            "cpu" => spec::model::Device::Cpu,
-            "cuda" => spec::model::Device::Cuda,
-            _ => spec::model::Device::Auto,
-        };
+        for (_, loaded) in &mut swept.points {
+            loaded.spec.runtime.device = match d {
+                "cpu" => spec::model::Device::Cpu,
+                "cuda" => spec::model::Device::Cuda,
+                _ => spec::model::Device::Auto,
+            };
+        }
     }
+    let loaded = swept.first();
     // A spec that fixes its rank count is planned before anything starts (with the device
     // --device chose), so that a launch with another count does not hide its errors; the run
     // uses that plan (the process group refuses any other count).
     let early = match loaded.spec.runtime.ranks {
-        Some(n) => match plan::plan(&loaded, u64::from(n)) {
+        Some(n) => match plan::Plans::new(&swept, u64::from(n)) {
             Ok(p) => Some(p),
             Err(d) => {
                 if first {
@@ -339,7 +343,7 @@ fn run_spec(path: &std::path::Path, device: Option<&str>, opts: &crate::exec::Op
         },
         None => None,
     };
-    if let Err(e) = crate::exec::preflight(&loaded) {
+    if let Err(e) = crate::exec::preflight(loaded) {
         if first {
             eprintln!("distrun: {e:#}");
         }
@@ -355,7 +359,7 @@ fn run_spec(path: &std::path::Path, device: Option<&str>, opts: &crate::exec::Op
                 return ExitCode::FAILURE;
             }
         };
-    let plan = match early.map_or_else(|| plan::plan(&loaded, ctx.size() as u64), Ok) {
+    let plans = match early.map_or_else(|| plan::Plans::new(&swept, ctx.size() as u64), Ok) {
         Ok(p) => p,
         Err(d) => {
             if ctx.rank() == 0 {
@@ -367,13 +371,13 @@ fn run_spec(path: &std::path::Path, device: Option<&str>, opts: &crate::exec::Op
     if let Err(e) = crate::runtime::signals::install() {
         ctx.fail(&anyhow::Error::from(e).context("cannot catch SIGINT and SIGTERM"));
     }
-    if let Err(e) = crate::exec::check_output(&plan, &ctx, opts) {
+    if let Err(e) = crate::exec::check_output(&plans, &ctx, opts) {
         if !e.is::<crate::runtime::Reported>() {
             eprintln!("distrun: {e:#}");
         }
         return ExitCode::FAILURE;
     }
-    match crate::exec::run(&plan, &ctx, opts) {
+    match crate::exec::run(&plans, &ctx, opts) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(EXIT_CHECK),
         // Every rank agreed to stop, and the first said why.

@@ -15,7 +15,7 @@ use crate::backend::{Backend, Puts};
 use crate::dist::TensorState;
 use crate::ops::Comparison;
 use crate::ops::matmul::MatmulPipeline;
-use crate::plan::Plan;
+use crate::plan::{Plan, Plans};
 use crate::runtime::Context;
 use crate::spec::Loaded;
 use crate::spec::model::{CommBackend, Device};
@@ -84,20 +84,18 @@ impl StepRecord {
     }
 }
 
-/// Everything a finished run hands to the writer.
+/// Everything a finished run of one plan (a sweep point) hands to the writer.
 pub struct Outcome<B: Backend> {
     /// Per step.
     pub steps: Vec<StepRecord>,
     /// The final buffer of every tensor, with its state.
     pub tensors: HashMap<String, (TensorState, B::Buf)>,
-    /// When the run started.
-    pub started: chrono::DateTime<chrono::Utc>,
-    /// What this rank held before the run, to measure its peak from.
-    pub since: memory::counted::Since,
 }
 
-/// Runs a plan on this rank and writes its run directory. Returns whether every check passed.
-pub fn run(plan: &Plan, ctx: &Context, opts: &Options) -> Result<bool> {
+/// Runs every point's plan on this rank, in turn on the same process group and device, and
+/// writes their run directory. Returns whether every check passed.
+pub fn run(plans: &Plans, ctx: &Context, opts: &Options) -> Result<bool> {
+    let plan = plans.first();
     let loaded = &plan.loaded;
     let since = memory::counted::Since::now();
     let progress = Progress::new(
@@ -107,10 +105,11 @@ pub fn run(plan: &Plan, ctx: &Context, opts: &Options) -> Result<bool> {
     );
     if device(loaded, ctx)? == Device::Cuda {
         let started = std::time::Instant::now();
-        // NVSHMEM's heap is the plan's, to the byte (`Plan::nvshmem_symmetric_size`).
+        // NVSHMEM's heap is the plan's, to the byte (`Plan::nvshmem_symmetric_size`); a
+        // sweep's points' together (the backend keeps symmetric buffers to the end).
         let heap = plan
             .nvshmem_symmetric_size
-            .map(|_| plan.symmetric_heap_bytes as usize);
+            .map(|_| plans.each().map(|p| p.symmetric_heap_bytes).sum::<u64>() as usize);
         let mut backend = Cuda::new(
             ctx.comm.as_ref(),
             &ctx.host,
@@ -125,8 +124,10 @@ pub fn run(plan: &Plan, ctx: &Context, opts: &Options) -> Result<bool> {
             free: backend.free_memory()?,
             heap_taken: heap.map_or(0, |b| b as u64),
         };
-        memory::preflight(ctx, plan, room)?;
-        match run_on(&backend, plan, ctx, opts, &progress, since) {
+        for plan in plans.each() {
+            memory::preflight(ctx, plan, room)?;
+        }
+        match run_on(&backend, plans, ctx, opts, &progress, since) {
             Ok(passed) => Ok(passed),
             Err(e) => {
                 backend.abandon_nvshmem();
@@ -141,10 +142,12 @@ pub fn run(plan: &Plan, ctx: &Context, opts: &Options) -> Result<bool> {
             available: memory::host_available().unwrap_or(u64::MAX),
             ranks_here: memory::ranks_on_this_host(ctx)?,
         };
-        memory::preflight(ctx, plan, room)?;
+        for plan in plans.each() {
+            memory::preflight(ctx, plan, room)?;
+        }
         run_on(
             &Cpu::new(ctx.comm.as_ref()),
-            plan,
+            plans,
             ctx,
             opts,
             &progress,
@@ -153,22 +156,33 @@ pub fn run(plan: &Plan, ctx: &Context, opts: &Options) -> Result<bool> {
     }
 }
 
+/// Runs the points in turn, each written (and its tensors freed) before the next starts.
 fn run_on<B: Backend>(
     b: &B,
-    plan: &Plan,
+    plans: &Plans,
     ctx: &Context,
     opts: &Options,
     progress: &Progress,
     since: memory::counted::Since,
 ) -> Result<bool> {
-    let outcome = execute(b, plan, progress, since)?;
-    let failed: Vec<String> = (outcome.steps.iter())
-        .filter_map(|s| {
+    let mut writer = write::Writer::open(b, &plans.first().loaded.spec, opts)?;
+    let mut failed: Vec<String> = Vec::new();
+    for (point, plan) in &plans.points {
+        let sweep = plans.sweep.as_ref().map(|_| point);
+        if let Some(point) = sweep {
+            progress.line(&format!("distrun: {}", point.describe()));
+        }
+        let outcome = execute(b, plan, progress)?;
+        failed.extend((outcome.steps.iter()).filter_map(|s| {
             let c = s.check.filter(|c| !c.passed)?;
-            Some(format!("{} (max error {:.3e})", s.name, c.max_error))
-        })
-        .collect();
-    write::write(b, plan, ctx, opts, outcome, progress)?;
+            let at = sweep
+                .map(|p| format!(" at {}", p.describe()))
+                .unwrap_or_default();
+            Some(format!("{}{at} (max error {:.3e})", s.name, c.max_error))
+        }));
+        writer.point(b, plan, sweep, outcome, progress)?;
+    }
+    writer.finish(b, plans, ctx, since, progress)?;
     // Quiet runs print nothing else: a failure still gets its line.
     if opts.quiet && ctx.rank() == 0 && !failed.is_empty() {
         eprintln!("distrun: check failed: {}", failed.join(", "));
@@ -179,7 +193,8 @@ fn run_on<B: Backend>(
 /// Checks, before anything runs, where the run directory goes: rank 0 tries (see
 /// [`write::check_place`]); when that fails, it says why, followed by "nothing was run", and
 /// every rank returns [`crate::runtime::Reported`].
-pub fn check_output(plan: &Plan, ctx: &Context, opts: &Options) -> Result<()> {
+pub fn check_output(plans: &Plans, ctx: &Context, opts: &Options) -> Result<()> {
+    let plan = plans.first();
     let why = (ctx.rank() == 0)
         .then(|| write::check_place(&plan.loaded.spec, plan.ranks, opts.out.as_deref()).err())
         .flatten();
@@ -233,13 +248,7 @@ pub fn preflight(loaded: &Loaded) -> Result<()> {
     cuda::probe::require(&gpu_libs(loaded))
 }
 
-fn execute<B: Backend>(
-    b: &B,
-    plan: &Plan,
-    progress: &Progress,
-    since: memory::counted::Since,
-) -> Result<Outcome<B>> {
-    let started = chrono::Utc::now();
+fn execute<B: Backend>(b: &B, plan: &Plan, progress: &Progress) -> Result<Outcome<B>> {
     let (loaded, spec) = (&plan.loaded, &plan.loaded.spec);
     let (ranks, rank) = (b.ranks() as u64, b.rank() as u64);
     let mut tensors: HashMap<String, (TensorState, B::Buf)> = HashMap::new();
@@ -305,8 +314,6 @@ fn execute<B: Backend>(
     Ok(Outcome {
         steps: records,
         tensors,
-        started,
-        since,
     })
 }
 

@@ -4,6 +4,7 @@
 
 mod whole;
 
+use super::memory::counted::Since;
 use super::{Chosen, Options, Outcome, progress::Progress};
 use crate::backend::Backend;
 use crate::dist::Placement;
@@ -11,15 +12,16 @@ use crate::dist::TensorState;
 use crate::dist::whole::{CHUNK_BYTES, whole_state};
 use crate::output::checksum::{Hasher, sha256_hex};
 use crate::output::manifest::{
-    self, CheckRecord, Manifest, MemoryRecord, PipelineRecord, RankInfo, ShardRecord, TensorRecord,
-    TimeStats, ViaRecord,
+    self, CheckRecord, Manifest, MemoryRecord, PipelineRecord, PointRecord, RankInfo, ShardRecord,
+    TensorRecord, TimeStats, ViaRecord,
 };
 use crate::output::npy::{self, write_npy_in};
 use crate::output::rundir::{self, RunDir, default_path};
 use crate::output::{gathered_file, shard_file};
-use crate::plan::{Plan, resolved_dist};
+use crate::plan::{Plan, Plans, resolved_dist};
 use crate::runtime::Context;
 use crate::spec::model::{Checksum, Device, Spec};
+use crate::spec::sweep::Point;
 use crate::spec::tensor::Layout;
 use anyhow::{Context as _, Result};
 use indexmap::IndexMap;
@@ -76,53 +78,93 @@ pub fn check_place(spec: &Spec, ranks: u64, out: Option<&Path>) -> Result<()> {
     Ok(())
 }
 
-/// Writes the run directory of a finished run (every rank takes part).
-pub fn write<B: Backend>(
-    b: &B,
-    plan: &Plan,
-    ctx: &Context,
-    opts: &Options,
-    outcome: Outcome<B>,
-    progress: &Progress,
-) -> Result<()> {
-    let rundir = open_rundir(b, &plan.loaded.spec, opts, outcome.started)?;
-    let writing = std::time::Instant::now();
-    let Written { shards, globals } = write_tensors(b, plan, &rundir, &outcome, progress)?;
-    // Every rank's shards and whereabouts reach rank 0 (this also waits for every shard).
-    let shards = b.all_gather_bytes(&serde_json::to_vec(&shards)?)?;
-    // The other ranks are done with the directory: from here it is rank 0's alone (to commit,
-    // keep after a failed commit, or remove when the process ends on a signal).
-    let rundir = (b.rank() == 0).then_some(rundir);
-    progress.setup("outputs written", writing.elapsed().as_secs_f64());
-    let me = RankInfo {
-        rank: b.rank() as u64,
-        host: ctx.host.clone(),
-        device: b.device(),
-        memory: Some(outcome.since.measured()).map(|m| MemoryRecord {
-            heap_peak_bytes: m.heap_bytes,
-            max_rss_bytes: m.rss_bytes,
-        }),
-    };
-    let infos = b.all_gather_bytes(&serde_json::to_vec(&me)?)?;
-    if let Some(rundir) = rundir {
-        let mut all: Vec<(String, ShardRecord)> = Vec::new();
-        for bytes in &shards {
-            all.extend(serde_json::from_slice::<Vec<(String, ShardRecord)>>(bytes)?);
-        }
-        let rank_info = infos
-            .iter()
-            .map(|bytes| serde_json::from_slice(bytes))
-            .collect::<Result<Vec<RankInfo>, _>>()?;
-        let device = b.device_kind();
-        let m = manifest(plan, &outcome, rank_info, all, globals, device);
-        manifest::write_manifest(&rundir, &m).context("cannot write manifest.json")?;
-        let path = rundir
-            .commit()
-            .context("cannot rename the run directory into place")?;
-        progress.line(&format!("distrun: wrote {}", path.display()));
-        println!("{}", path.display());
+/// A run directory being written, one point after another (every rank takes part in each call):
+/// each point's shards and whole tensors as it finishes, then the manifest and the commit.
+pub struct Writer {
+    rundir: RunDir,
+    started: chrono::DateTime<chrono::Utc>,
+    /// On rank 0, every written point's steps and tensors.
+    points: Vec<(Vec<manifest::StepRecord>, IndexMap<String, TensorRecord>)>,
+}
+
+impl Writer {
+    /// Creates the run directory under its temporary name (see [`open_rundir`]).
+    pub fn open<B: Backend>(b: &B, spec: &Spec, opts: &Options) -> Result<Self> {
+        let started = chrono::Utc::now();
+        Ok(Writer {
+            rundir: open_rundir(b, spec, opts, started)?,
+            started,
+            points: Vec::new(),
+        })
     }
-    b.barrier()
+
+    /// Writes a finished plan's outputs (a sweep point's under `p<index>/`).
+    pub fn point<B: Backend>(
+        &mut self,
+        b: &B,
+        plan: &Plan,
+        point: Option<&Point>,
+        outcome: Outcome<B>,
+        progress: &Progress,
+    ) -> Result<()> {
+        let writing = std::time::Instant::now();
+        let dir = point.map(|p| format!("p{}/", p.index)).unwrap_or_default();
+        let Written { shards, globals } =
+            write_tensors(b, plan, (&self.rundir, &dir), &outcome, progress)?;
+        // Every rank's shards reach rank 0 (this also waits for every shard).
+        let shards = b.all_gather_bytes(&serde_json::to_vec(&shards)?)?;
+        progress.setup("outputs written", writing.elapsed().as_secs_f64());
+        if b.rank() == 0 {
+            let mut all: Vec<(String, ShardRecord)> = Vec::new();
+            for bytes in &shards {
+                all.extend(serde_json::from_slice::<Vec<(String, ShardRecord)>>(bytes)?);
+            }
+            let steps = (outcome.steps.iter().zip(&plan.steps))
+                .map(|(s, planned)| step_record(s, planned))
+                .collect();
+            let tensors = tensor_records(plan, &outcome, all, globals);
+            self.points.push((steps, tensors));
+        }
+        Ok(())
+    }
+
+    /// Writes `manifest.json` and renames the directory into place (rank 0; the others wait).
+    pub fn finish<B: Backend>(
+        self,
+        b: &B,
+        plans: &Plans,
+        ctx: &Context,
+        since: Since,
+        progress: &Progress,
+    ) -> Result<()> {
+        let me = RankInfo {
+            rank: b.rank() as u64,
+            host: ctx.host.clone(),
+            device: b.device(),
+            memory: Some(since.measured()).map(|m| MemoryRecord {
+                heap_peak_bytes: m.heap_bytes,
+                max_rss_bytes: m.rss_bytes,
+            }),
+        };
+        let infos = b.all_gather_bytes(&serde_json::to_vec(&me)?)?;
+        // The other ranks are done with the directory: from here it is rank 0's alone (to
+        // commit, keep after a failed commit, or remove when the process ends on a signal).
+        if b.rank() == 0 {
+            let rank_info = infos
+                .iter()
+                .map(|bytes| serde_json::from_slice(bytes))
+                .collect::<Result<Vec<RankInfo>, _>>()?;
+            let m = manifest(plans, self.started, self.points, rank_info, b.device_kind());
+            let rundir = self.rundir;
+            manifest::write_manifest(&rundir, &m).context("cannot write manifest.json")?;
+            let path = rundir
+                .commit()
+                .context("cannot rename the run directory into place")?;
+            progress.line(&format!("distrun: wrote {}", path.display()));
+            println!("{}", path.display());
+        }
+        b.barrier()
+    }
 }
 
 /// The run directory, under its temporary name: rank 0 creates it, the others open it by that
@@ -159,11 +201,11 @@ fn open_rundir<B: Backend>(
 }
 
 /// Each output's shard from every rank (one that holds nothing writes an empty array), and the
-/// whole tensor (see [`global`]).
+/// whole tensor (see [`global`]), into `rundir`'s subdirectory `dir` (empty, or `p3/`).
 fn write_tensors<B: Backend>(
     b: &B,
     plan: &Plan,
-    rundir: &RunDir,
+    (rundir, dir): (&RunDir, &str),
     outcome: &Outcome<B>,
     progress: &Progress,
 ) -> Result<Written> {
@@ -177,7 +219,7 @@ fn write_tensors<B: Backend>(
         let local = Placement::new(&state.dist, &state.shape, ranks)
             .local_shape(rank)
             .unwrap_or_else(|| vec![0; state.shape.len()]);
-        let file = shard_file(name, rank);
+        let file = format!("{dir}{}", shard_file(name, rank));
         let started = std::time::Instant::now();
         let data = b.download(buf)?;
         let what = format!("downloaded {name}, {} bytes", data.len());
@@ -192,7 +234,7 @@ fn write_tensors<B: Backend>(
             checksum,
         };
         shards.push((name.clone(), record));
-        let gathered = spec.output.gather.then(|| gathered_file(name));
+        let gathered = (spec.output.gather).then(|| format!("{dir}{}", gathered_file(name)));
         let whole = global(b, rundir, algorithm, state, buf, gathered)
             .with_context(|| format!("cannot write the whole of {name}"))?;
         globals.insert(name.clone(), whole);
@@ -276,24 +318,18 @@ fn global<B: Backend>(
     })
 }
 
-fn manifest<B: Backend>(
+/// The manifest records of a plan's written tensors, from every rank's shards and the wholes.
+fn tensor_records<B: Backend>(
     plan: &Plan,
     outcome: &Outcome<B>,
-    rank_info: Vec<RankInfo>,
     shards: Vec<(String, ShardRecord)>,
     globals: IndexMap<String, Whole>,
-    device: Device,
-) -> Manifest {
-    let (loaded, ranks) = (&plan.loaded, plan.ranks);
-    let spec = &loaded.spec;
-    let steps = (outcome.steps.iter().zip(&plan.steps))
-        .map(|(s, planned)| step_record(s, planned))
-        .collect();
-    let tensors = globals
+) -> IndexMap<String, TensorRecord> {
+    globals
         .into_iter()
         .map(|(name, whole)| {
             let (state, _) = &outcome.tensors[&name];
-            let dist = resolved_dist(&state.dist, state.shape.len(), ranks);
+            let dist = resolved_dist(&state.dist, state.shape.len(), plan.ranks);
             let record = TensorRecord {
                 shape: state.shape.clone(),
                 dtype: state.dtype,
@@ -309,24 +345,64 @@ fn manifest<B: Backend>(
             };
             (name, record)
         })
-        .collect();
+        .collect()
+}
+
+/// The manifest of a finished launch: its one plan's steps and tensors, or for a sweep each
+/// point's. Its `spec` is the spec file's as run (with its `[sweep]`).
+fn manifest(
+    plans: &Plans,
+    started: chrono::DateTime<chrono::Utc>,
+    mut points: Vec<(Vec<manifest::StepRecord>, IndexMap<String, TensorRecord>)>,
+    rank_info: Vec<RankInfo>,
+    device: Device,
+) -> Manifest {
+    let plan = plans.first();
+    let loaded = &plan.loaded;
+    let text = &loaded.source.text;
+    // A sweep's points each have their own spec: the file's is the one with the sweep.
+    let written = match plans.sweep {
+        Some(_) => crate::spec::load_str(&loaded.source.name, text, loaded.dir.clone())
+            .map(|l| l.spec)
+            .unwrap_or_else(|_| loaded.spec.clone()),
+        None => loaded.spec.clone(),
+    };
+    let as_run = written.as_run(device, |name| {
+        let s = &plan.tensors.get(name)?.state;
+        Some(resolved_dist(&s.dist, s.shape.len(), plan.ranks))
+    });
+    let (steps, tensors, points) = match plans.sweep {
+        None => {
+            let (steps, tensors) = points.pop().unwrap_or_default();
+            (steps, tensors, Vec::new())
+        }
+        Some(_) => {
+            let records = (plans.points.iter().zip(points))
+                .map(|((point, _), (steps, tensors))| PointRecord {
+                    index: point.index as u64,
+                    values: point.values.clone(),
+                    steps,
+                    tensors,
+                })
+                .collect();
+            (Vec::new(), IndexMap::new(), records)
+        }
+    };
     Manifest {
         distrun_version: env!("CARGO_PKG_VERSION").to_string(),
-        started_utc: manifest::utc_string(outcome.started),
+        started_utc: manifest::utc_string(started),
         finished_utc: manifest::utc_string(chrono::Utc::now()),
-        spec: serde_json::to_value(spec.as_run(device, |name| {
-            let s = &plan.tensors.get(name)?.state;
-            Some(resolved_dist(&s.dist, s.shape.len(), plan.ranks))
-        }))
-        .expect("a spec serializes"),
-        spec_text: Some(loaded.source.text.clone()),
-        spec_sha256: sha256_hex(loaded.source.text.as_bytes()),
-        ranks,
+        spec: serde_json::to_value(as_run).expect("a spec serializes"),
+        spec_text: Some(text.clone()),
+        spec_sha256: sha256_hex(text.as_bytes()),
+        ranks: plan.ranks,
         rank_info,
-        checksum_algorithm: spec.output.checksum,
+        checksum_algorithm: loaded.spec.output.checksum,
         steps,
         tensors,
-        planned_peak_bytes_per_rank: Some(plan.peak_bytes_per_rank),
+        planned_peak_bytes_per_rank: plans.each().map(|p| p.peak_bytes_per_rank).max(),
+        sweep: plans.sweep.clone(),
+        points,
     }
 }
 

@@ -44,9 +44,30 @@ pub struct Manifest {
     /// The written tensors, by name.
     pub tensors: IndexMap<String, TensorRecord>,
     /// The plan's peak bytes per rank (heap included), beside what each rank measured
-    /// (`rank_info[r].memory`); absent from manifests written before it was recorded.
+    /// (`rank_info[r].memory`); absent from manifests written before it was recorded. A
+    /// sweep's: its largest point's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub planned_peak_bytes_per_rank: Option<u64>,
+    /// A sweep's `[sweep]` table as written (absent for a spec without one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<serde_json::Value>,
+    /// A sweep's points, each with its own steps and tensors (`steps` and `tensors` above are
+    /// then empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub points: Vec<PointRecord>,
+}
+
+/// One point of a sweep as it ran.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PointRecord {
+    /// Its position among the points, from 0.
+    pub index: u64,
+    /// Each swept key's value (by its path as written in `[sweep]`).
+    pub values: IndexMap<String, serde_json::Value>,
+    /// Its steps, in the order they ran.
+    pub steps: Vec<StepRecord>,
+    /// Its written tensors, by name (their files under `p<index>/`).
+    pub tensors: IndexMap<String, TensorRecord>,
 }
 
 /// Where one rank ran.

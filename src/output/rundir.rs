@@ -200,7 +200,8 @@ impl RunDir {
         &self.temp
     }
 
-    /// Writes the file `name` (a plain file name) atomically: `write` fills a hidden temporary
+    /// Writes the file `name` (a plain file name, or one in a subdirectory: `p3/x.rank0.npy`)
+    /// atomically: `write` fills a hidden temporary
     /// file, which is flushed to disk and then renamed to `name`, replacing any file of that name.
     /// On failure the temporary file is removed and `name` is left as it was.
     pub fn write_file(
@@ -208,13 +209,27 @@ impl RunDir {
         name: &str,
         write: impl FnOnce(&mut File) -> io::Result<()>,
     ) -> io::Result<()> {
-        check_name(name)?;
-        let temp = self.temp.join(temp_file_name(name, std::process::id()));
+        // A sweep point's files go in a directory of their own: `p3/x.rank0.npy`.
+        let (sub, file) = match name.rsplit_once('/') {
+            Some((sub, file)) => (Some(sub), file),
+            None => (None, name),
+        };
+        check_name(file)?;
+        let dir = match sub {
+            None => self.temp.clone(),
+            Some(sub) => {
+                check_name(sub)?;
+                let dir = self.temp.join(sub);
+                fs::create_dir_all(&dir)?;
+                dir
+            }
+        };
+        let temp = dir.join(temp_file_name(file, std::process::id()));
         let result = File::create(&temp).and_then(|mut file| {
             write(&mut file)?;
             file.sync_all()
         });
-        let result = result.and_then(|()| fs::rename(&temp, self.temp.join(name)));
+        let result = result.and_then(|()| fs::rename(&temp, dir.join(file)));
         if result.is_err() {
             let _ = fs::remove_file(&temp);
         }

@@ -178,8 +178,10 @@ pub fn verify(run_dir: &Path) -> anyhow::Result<VerifyReport> {
     if let Some(spec) = spec::check_spec(&manifest, &mut v.report.findings) {
         spec::check_tensors(&spec, &manifest, &mut v.report.findings);
     }
-    for (name, t) in &manifest.tensors {
-        v.tensor(name, t);
+    for (prefix, tensors) in spec::written_sets(&manifest) {
+        for (name, t) in tensors {
+            v.tensor(&format!("{prefix}{name}"), t);
+        }
     }
     v.unlisted();
     Ok(v.report)

@@ -12,9 +12,10 @@ pub use resolve::{Resolved, resolve};
 
 use crate::dist::{Placement, TensorState};
 use crate::ops::Step;
-use crate::spec::Loaded;
 use crate::spec::diag::Diagnostic;
 use crate::spec::model::CommBackend;
+use crate::spec::sweep::Point;
+use crate::spec::{Loaded, Swept};
 use indexmap::IndexMap;
 
 /// One tensor, resolved for N ranks.
@@ -94,6 +95,38 @@ pub struct Plan {
     /// The most bytes a rank holds at once: live tensors, the running step's workspace (or its
     /// check's), the writing's, the GEMM library's buffers, and the heap.
     pub peak_bytes_per_rank: u64,
+}
+
+/// What one launch runs: a plan per sweep point (one for a spec without a sweep).
+#[derive(Debug, Clone)]
+pub struct Plans {
+    /// The `[sweep]` table as written, for a sweep.
+    pub sweep: Option<serde_json::Value>,
+    /// Each point and its plan, in order.
+    pub points: Vec<(Point, Plan)>,
+}
+
+impl Plans {
+    /// Plans every point of a spec for `ranks` ranks: the errors of every point at once.
+    pub fn new(swept: &Swept, ranks: u64) -> Result<Plans, Vec<Diagnostic>> {
+        let plans = swept.per_point(|loaded| plan(loaded, ranks))?;
+        Ok(Plans {
+            sweep: swept.table.clone(),
+            points: (swept.points.iter().map(|(p, _)| p.clone()))
+                .zip(plans)
+                .collect(),
+        })
+    }
+
+    /// The first point's plan: its spec's job, runtime and output are every point's.
+    pub fn first(&self) -> &Plan {
+        &self.points[0].1
+    }
+
+    /// Every point's plan, in order.
+    pub fn each(&self) -> impl Iterator<Item = &Plan> {
+        self.points.iter().map(|(_, p)| p)
+    }
 }
 
 /// A resolved tensor's plan for `ranks` ranks (None for one never made), live to `end` where

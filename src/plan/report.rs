@@ -1,6 +1,6 @@
 //! How a plan prints: the contract's JSON, and a table for people.
 
-use super::{Plan, TensorPlan};
+use super::{Plan, Plans, TensorPlan};
 use crate::dist::process_grid;
 use crate::spec::tensor::Distribution;
 use serde_json::{Value, json};
@@ -101,6 +101,36 @@ fn local_range(t: &TensorPlan) -> String {
         text.push_str(&format!(" ({none} ranks none)"));
     }
     text
+}
+
+impl Plans {
+    /// `plan --json`: the contract's document for a spec without a sweep; for a sweep, the
+    /// table and per point its index, values and that document.
+    pub fn to_json(&self) -> Value {
+        let Some(sweep) = &self.sweep else {
+            return self.first().to_json();
+        };
+        let points: Vec<Value> = (self.points.iter())
+            .map(|(point, plan)| {
+                let mut v = plan.to_json();
+                v["index"] = json!(point.index);
+                v["values"] = json!(point.values);
+                v
+            })
+            .collect();
+        json!({ "sweep": sweep, "points": points })
+    }
+
+    /// The plan's tables, for a sweep one per point under its values.
+    pub fn to_table(&self, title: &str) -> String {
+        if self.sweep.is_none() {
+            return self.first().to_table(title);
+        }
+        (self.points.iter())
+            .map(|(point, plan)| plan.to_table(&format!("{title}, {}", point.describe())))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
 }
 
 impl Plan {

@@ -7,6 +7,7 @@ pub mod npy;
 pub mod repair;
 pub mod schema;
 pub mod step;
+pub mod sweep;
 pub mod tensor;
 
 pub use model::Spec;
@@ -16,6 +17,7 @@ use load::SpanIndex;
 use repair::Repair;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use sweep::Point;
 
 /// A spec that parsed and passed the schema, with what is needed to point at its text.
 #[derive(Debug, Clone)]
@@ -101,6 +103,103 @@ pub fn load_file(path: &Path) -> Result<Loaded, InvalidSpec> {
     })?;
     let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
     load_str(&name, &text, dir)
+}
+
+/// A spec file's points, each a spec of its own: one (with no swept values) for a spec without
+/// `[sweep]`.
+#[derive(Debug, Clone)]
+pub struct Swept {
+    /// The `[sweep]` table as written (None without one).
+    pub table: Option<serde_json::Value>,
+    /// Every point with its spec, in order.
+    pub points: Vec<(Point, Loaded)>,
+}
+
+impl Swept {
+    /// Whether the spec sweeps.
+    pub fn is_sweep(&self) -> bool {
+        self.table.is_some()
+    }
+
+    /// The first point's spec: what every point shares (job, runtime, output).
+    pub fn first(&self) -> &Loaded {
+        &self.points[0].1
+    }
+
+    /// `f` of every point's spec, or the errors of every point at once (see [`sweep::merge`]).
+    pub fn per_point<T>(
+        &self,
+        mut f: impl FnMut(&Loaded) -> Result<T, Vec<Diagnostic>>,
+    ) -> Result<Vec<T>, Vec<Diagnostic>> {
+        let mut done = Vec::with_capacity(self.points.len());
+        let mut errors = Vec::new();
+        for (point, loaded) in &self.points {
+            match f(loaded) {
+                Ok(t) => done.push(t),
+                Err(diags) if !self.is_sweep() => return Err(diags),
+                Err(diags) => errors.push((point, diags)),
+            }
+        }
+        match errors.is_empty() {
+            true => Ok(done),
+            false => {
+                let spans = &self.first().spans;
+                Err(sweep::merge(errors, self.points.len(), spans))
+            }
+        }
+    }
+}
+
+/// Reads a spec file and runs the syntax and schema passes over each of its points.
+pub fn load_swept(path: &Path) -> Result<Swept, InvalidSpec> {
+    let base = load_file(path)?;
+    if base.spec.sweep.is_none() {
+        let point = Point {
+            index: 0,
+            values: Default::default(),
+        };
+        return Ok(Swept {
+            table: None,
+            points: vec![(point, base)],
+        });
+    }
+    let Ok(load::Parsed { mut value, .. }) = load::parse(&base.source.text) else {
+        unreachable!("a loaded spec parses")
+    };
+    let table = value
+        .as_object_mut()
+        .and_then(|m| m.remove("sweep"))
+        .unwrap_or_default();
+    let written_at = |key: &str| {
+        let entry = Diagnostic::key(sweep::entry_path(key), "");
+        base.spans.locate(&entry).start
+    };
+    let points = sweep::points(&table, &value, written_at).map_err(|d| base.invalid(&d))?;
+    let mut loaded = Vec::with_capacity(points.len());
+    let mut errors = Vec::new();
+    for point in &points {
+        let doc = sweep::apply(&value, point);
+        let diags = schema::check(&doc);
+        let spec = match diags.is_empty() {
+            true => serde_json::from_value::<Spec>(doc)
+                .map_err(|e| vec![Diagnostic::value(diag::KeyPath::root(), e.to_string())]),
+            false => Err(diags),
+        };
+        match spec {
+            Ok(spec) => loaded.push(Loaded {
+                spec,
+                ..base.clone()
+            }),
+            Err(diags) => errors.push((point, diags)),
+        }
+    }
+    if !errors.is_empty() {
+        return Err(base.invalid(&sweep::merge(errors, points.len(), &base.spans)));
+    }
+    Ok(Swept {
+        table: Some(table),
+        points: points.iter().cloned().zip(loaded).collect(),
+    })
 }
 
 /// Runs the syntax and schema passes over a spec's text.

@@ -25,6 +25,11 @@ pub struct Spec {
     /// What the run writes.
     #[serde(default)]
     pub output: Output,
+    /// Runs the spec once per point: key paths (`"tensors.x.shape[0]"`, `"steps[1].algorithm"`,
+    /// `"job.seed"`) to the values each takes, a list or a range (`{ from, to, factor }`,
+    /// `{ from, to, step }`); the points are the product of the keys, the last varying fastest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<IndexMap<String, super::sweep::SweepValues>>,
 }
 
 impl Spec {

@@ -80,11 +80,25 @@ fn a_failed_write_leaves_nothing() {
 fn names_must_be_plain_and_visible() {
     let root = TestDir::new("rundir-names");
     let run = RunDir::create(root.path().join("job")).unwrap();
-    for bad in ["", ".hidden", "../escape", "sub/file", "a\\b"] {
+    for bad in [
+        "",
+        ".hidden",
+        "../escape",
+        "a/b/file",
+        "sub/.hidden",
+        "/abs",
+        "a\\b",
+    ] {
         let err = run.write_file(bad, |_| Ok(())).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{bad:?}");
     }
     assert!(entries(run.path()).is_empty());
+    // A sweep point's files go one directory down.
+    write_text(&run, "p3/x.npy", "x");
+    assert_eq!(
+        fs::read_to_string(run.path().join("p3/x.npy")).unwrap(),
+        "x"
+    );
 }
 
 #[test]

@@ -3,9 +3,10 @@
 
 use super::Finding;
 use crate::output::checksum::sha256_hex;
-use crate::output::manifest::Manifest;
+use crate::output::manifest::{Manifest, TensorRecord};
 use crate::spec::Spec;
 use crate::spec::model::Checksum;
+use indexmap::IndexMap;
 use serde_json::Value;
 use std::path::PathBuf;
 
@@ -69,10 +70,53 @@ pub fn check_tensors(spec: &Spec, m: &Manifest, findings: &mut Vec<Finding>) {
             what: format!("the spec runs on {n} ranks, but ranks is {}", m.ranks),
         });
     }
-    let missing = out.tensors.iter().filter(|t| !m.tensors.contains_key(*t));
-    findings.extend(missing.map(|t| Finding::TensorMissing { tensor: t.clone() }));
-    for (tensor, t) in &m.tensors {
-        if !out.tensors.contains(tensor) {
+    if spec.sweep.is_some() != m.sweep.is_some() {
+        let what = match spec.sweep {
+            Some(_) => "the spec sweeps, but the manifest has no sweep",
+            None => "the manifest has a sweep, but the spec has none",
+        };
+        findings.push(Finding::Spec { what: what.into() });
+    }
+    if m.points
+        .iter()
+        .enumerate()
+        .any(|(i, p)| p.index != i as u64)
+    {
+        let what = "the sweep's points are not numbered 0, 1, 2... in order".to_string();
+        findings.push(Finding::Spec { what });
+    }
+    for (prefix, tensors) in written_sets(m) {
+        check_written(out, &prefix, tensors, findings);
+    }
+}
+
+/// The manifest's sets of written tensors, each with the prefix of its names: the run's own, or
+/// each sweep point's (`p3/`).
+pub fn written_sets(m: &Manifest) -> Vec<(String, &IndexMap<String, TensorRecord>)> {
+    match m.points.is_empty() {
+        true => vec![(String::new(), &m.tensors)],
+        false => (m.points.iter())
+            .map(|p| (format!("p{}/", p.index), &p.tensors))
+            .collect(),
+    }
+}
+
+/// One set of written tensors against what the spec's output names (`prefix`: the set's, for
+/// the findings' names).
+fn check_written(
+    out: &crate::spec::model::Output,
+    prefix: &str,
+    tensors: &IndexMap<String, TensorRecord>,
+    findings: &mut Vec<Finding>,
+) {
+    let missing = out.tensors.iter().filter(|t| !tensors.contains_key(*t));
+    findings.extend(missing.map(|t| Finding::TensorMissing {
+        tensor: format!("{prefix}{t}"),
+    }));
+    for (tensor, t) in tensors {
+        let tensor = &format!("{prefix}{tensor}");
+        let name = tensor.strip_prefix(prefix).unwrap_or(tensor);
+        if !out.tensors.iter().any(|t| t == name) {
             findings.push(Finding::TensorExtra {
                 tensor: tensor.clone(),
             });
