@@ -108,15 +108,34 @@ const COMMANDS: [&str; 7] = [
     "run", "validate", "plan", "schema", "verify", "clean", "help",
 ];
 
-/// `distrun SPEC ...` is `distrun run SPEC ...`.
-fn with_run_implied(mut args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
-    if let Some(first) = args.get(1).and_then(|a| a.to_str())
-        && !first.starts_with('-')
-        && !COMMANDS.contains(&first)
-    {
-        args.insert(1, "run".into());
+/// Flags that take a value in the next argument.
+const VALUED: [&str; 7] = [
+    "--out", "--device", "--ranks", "--output", "-o", "--format", "--plot",
+];
+
+/// `distrun SPEC ...` is `distrun run SPEC ...`, and flags may come before the command or the
+/// spec: `distrun -q SPEC`, `distrun -q run SPEC` and `distrun run -q SPEC` are the same.
+fn with_run_implied(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let mut i = 1;
+    while let Some(arg) = args.get(i).and_then(|a| a.to_str()) {
+        if !arg.starts_with('-') {
+            break;
+        }
+        i += if VALUED.contains(&arg) { 2 } else { 1 };
     }
-    args
+    let Some(first) = args.get(i) else {
+        return args; // only flags: --help, --version
+    };
+    let mut out = vec![args[0].clone()];
+    if first.to_str().is_some_and(|c| COMMANDS.contains(&c)) {
+        out.push(first.clone());
+        out.extend(args[1..i].iter().cloned());
+        out.extend(args[i + 1..].iter().cloned());
+    } else {
+        out.push("run".into());
+        out.extend(args[1..].iter().cloned());
+    }
+    out
 }
 
 /// Parses the command line, runs the command and returns its exit status.
@@ -383,5 +402,37 @@ fn run_spec(path: &std::path::Path, device: Option<&str>, opts: &crate::exec::Op
         // Every rank agreed to stop, and the first said why.
         Err(e) if e.is::<crate::runtime::Reported>() => ExitCode::FAILURE,
         Err(e) => ctx.fail(&e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn implied(args: &str) -> String {
+        let args = args.split(' ').map(std::ffi::OsString::from).collect();
+        let out: Vec<String> = (with_run_implied(args).into_iter())
+            .map(|a| a.into_string().unwrap())
+            .collect();
+        out.join(" ")
+    }
+
+    #[test]
+    fn flags_may_come_before_the_command_or_the_spec() {
+        assert_eq!(implied("distrun s.toml -q"), "distrun run s.toml -q");
+        assert_eq!(implied("distrun -q s.toml"), "distrun run -q s.toml");
+        assert_eq!(
+            implied("distrun --out o -v s.toml"),
+            "distrun run --out o -v s.toml"
+        );
+        assert_eq!(implied("distrun -q run s.toml"), "distrun run -q s.toml");
+        assert_eq!(
+            implied("distrun --ranks 3 plan s.toml --json"),
+            "distrun plan --ranks 3 s.toml --json"
+        );
+        assert_eq!(implied("distrun validate a b"), "distrun validate a b");
+        assert_eq!(implied("distrun --version"), "distrun --version");
+        // A run directory named like a command is still a spec path after `run`.
+        assert_eq!(implied("distrun run plan"), "distrun run plan");
     }
 }

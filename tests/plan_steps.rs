@@ -222,3 +222,38 @@ fn block_cyclic_gemm_plans_for_4096_ranks() {
     assert_eq!(shapes[16], json!([]));
     assert_eq!(p["steps"][0]["algorithm"], "summa");
 }
+
+#[test]
+fn every_step_says_its_algorithm_and_bytes() {
+    let p = plan("specs/collectives.toml", 4);
+    let step = |i: usize, key: &str| p["steps"][i][key].clone();
+    // nccl-tests' sizes: the partial [12, 8] f32 array; all_gather's whole result.
+    assert_eq!(step(0, "algorithm"), json!("all_reduce"));
+    assert_eq!(step(0, "bytes"), json!(12 * 8 * 4));
+    assert_eq!(step(0, "count"), json!(12 * 8));
+    assert_eq!(step(0, "dtype"), json!("f32"));
+    assert_eq!(step(0, "reduce"), json!("sum"));
+    assert_eq!(step(1, "root"), json!(1));
+    assert_eq!(step(5, "algorithm"), json!("exchange"));
+    assert_eq!(step(5, "bytes"), json!(12 * 8 * 8));
+    for i in 0..10 {
+        assert!(
+            step(i, "detail").as_str().is_some_and(|d| !d.is_empty()),
+            "{i}"
+        );
+    }
+    let fft = plan("specs/fft3d.toml", 4);
+    assert_eq!(fft["steps"][0]["algorithm"], json!("slab_x"));
+    assert_eq!(fft["steps"][0]["kind"], json!("c2c"));
+    assert_eq!(fft["steps"][0]["shape"], fft["tensors"]["x"]["shape"]);
+    let one = plan("specs/fft3d.toml", 1);
+    assert_eq!(one["steps"][0]["algorithm"], json!("local"));
+    let gemm = plan("specs/gemm.toml", 2);
+    let mnk = |k: &str| gemm["steps"][0][k].as_u64().unwrap();
+    let d = &gemm["tensors"]["d"]["shape"];
+    assert_eq!(
+        [mnk("m"), mnk("n")],
+        [d[0].as_u64().unwrap(), d[1].as_u64().unwrap()]
+    );
+    assert!(mnk("k") > 0);
+}

@@ -186,6 +186,49 @@ impl<C: Collective> Op for C {
         }
     }
 
+    /// Its kernel: an exchange, or the backend's reduction, broadcast or rows.
+    fn describe(&self, planned: &StepPlan, ranks: u64) -> Option<(String, String)> {
+        let (input, output) = (
+            planned.input_states.first()?,
+            planned.output_state.as_ref()?,
+        );
+        let kernel = self
+            .kernel(
+                &Moving {
+                    input,
+                    output,
+                    ranks,
+                },
+                0,
+            )
+            .ok()?;
+        let (name, detail) = match kernel {
+            Kernel::Move(_) => (
+                "exchange",
+                "one all-to-all-v of the pieces each rank needs (NCCL or puts on GPUs, MPI on \
+                 CPUs)"
+                    .to_string(),
+            ),
+            Kernel::AllReduce(op) => ("all_reduce", format!("{} over every rank", op.name())),
+            Kernel::Reduce(op, root) => ("reduce", format!("{} to rank {root}", op.name())),
+            Kernel::ReduceScatter { runs, op, .. } => (
+                "reduce_scatter",
+                format!(
+                    "{}{} of each rank's block",
+                    if runs.is_some() {
+                        "packed in rank order, then "
+                    } else {
+                        ""
+                    },
+                    op.name()
+                ),
+            ),
+            Kernel::Broadcast(root) => ("broadcast", format!("from rank {root}")),
+            Kernel::SendRecv { .. } => ("send_recv", "whole rows, rank to rank".to_string()),
+        };
+        Some((name.to_string(), detail))
+    }
+
     /// nccl-tests' size: what the step's algbw divides by.
     fn figures(&self, planned: &StepPlan, ranks: u64) -> Figures {
         let mut f = Figures::of_input(planned, ranks);

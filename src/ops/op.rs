@@ -45,6 +45,12 @@ pub trait Op {
         Figures::of_input(planned, ranks)
     }
 
+    /// How the step runs for `ranks` ranks, as the plan shows it: its algorithm's name and what
+    /// it does, in a few words (None: the plan's own record says, as a matmul's choice does).
+    fn describe(&self, _planned: &StepPlan, _ranks: u64) -> Option<(String, String)> {
+        None
+    }
+
     /// The GPU library the op needs beside the driver, NVRTC and NCCL.
     fn library(&self) -> Option<Lib> {
         None

@@ -179,6 +179,9 @@ impl Plan {
                     v["algorithm"] = json!(m.algorithm.name());
                     v["detail"] = json!(m.detail);
                     v["bytes_sent_per_rank"] = json!(m.bytes_per_rank);
+                } else if let Some((algorithm, detail)) = s.step.as_op().describe(s, self.ranks) {
+                    v["algorithm"] = json!(algorithm);
+                    v["detail"] = json!(detail);
                 }
                 v
             })
@@ -265,6 +268,10 @@ impl Plan {
         ])];
         for (i, s) in self.steps.iter().enumerate() {
             let m = s.matmul.as_ref();
+            let (algorithm, detail) = match m {
+                Some(m) => (m.algorithm.name().to_string(), m.detail.clone()),
+                None => (s.step.as_op().describe(s, self.ranks)).unwrap_or(("-".into(), "".into())),
+            };
             rows.push(vec![
                 i.to_string(),
                 s.op.to_string(),
@@ -272,10 +279,10 @@ impl Plan {
                 s.inputs.join(", "),
                 s.outputs.join(", "),
                 s.figures.bytes.map_or("-".into(), human_bytes),
-                m.map_or("-", |m| m.algorithm.name()).to_string(),
+                algorithm,
                 m.and_then(|m| m.bytes_per_rank)
                     .map_or("-".into(), human_bytes),
-                m.map(|m| m.detail.clone()).unwrap_or_default(),
+                detail,
             ]);
         }
         rows

@@ -12,11 +12,11 @@ pub struct StepCommon {
     /// A name for the step in logs and the manifest (default: its op and index).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
-    /// Untimed runs before the timed ones (default 0).
-    #[serde(default)]
+    /// Untimed runs before the timed ones (default 5, as nccl-tests).
+    #[serde(default = "five")]
     pub warmup: u32,
-    /// Timed runs (default 1).
-    #[serde(default = "one")]
+    /// Timed runs (default 20, as nccl-tests).
+    #[serde(default = "twenty")]
     #[schemars(range(min = 1))]
     pub iterations: u32,
     /// Run the op's own verification and record it in the manifest (default false).
@@ -41,8 +41,12 @@ pub enum Timing {
     Queued,
 }
 
-fn one() -> u32 {
-    1
+fn five() -> u32 {
+    5
+}
+
+fn twenty() -> u32 {
+    20
 }
 
 /// Matmul epilogs, as cuBLASLt offers them.
@@ -95,6 +99,19 @@ pub enum ReduceOp {
     Max,
     /// Mean over ranks (integers: the sum, wrapped in the dtype, divided and truncated).
     Avg,
+}
+
+impl ReduceOp {
+    /// The operator as specs write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Prod => "prod",
+            ReduceOp::Min => "min",
+            ReduceOp::Max => "max",
+            ReduceOp::Avg => "avg",
+        }
+    }
 }
 
 /// The default `axis` of the ops that split a result along one: 0.

@@ -2,7 +2,8 @@
 //! run: its transposes by NCCL or puts (trial runs choose), then the round trip and Parseval's
 //! check.
 
-use super::{Fft, FftKind, PreparedFft, check, memory};
+use super::{Fft, FftKind, PreparedFft, check, memory, working_slab};
+use crate::spec::tensor::{Distribution, Layout};
 use crate::backend::Backend;
 use crate::backend::cuda::probe::Lib;
 use crate::dist::TensorState;
@@ -45,6 +46,35 @@ impl Op for Fft {
             check: Box::new(move |r| memory::check_workspace(self, input, out, (ranks, r))),
             heap: memory::heap_room(self, input, out, ranks),
         }
+    }
+
+    /// One local transform for one rank; else the slab decomposition (see the module's doc).
+    fn describe(&self, planned: &StepPlan, ranks: u64) -> Option<(String, String)> {
+        let (input, out) = (planned.input_states.first()?, planned.output_state.as_ref()?);
+        let nd = input.shape.len();
+        if ranks == 1 {
+            let detail = format!("one {nd}-D transform over every axis (one cuFFT plan on a GPU)");
+            return Some(("local".into(), detail));
+        }
+        const SLABS: [&str; 3] = ["x", "y", "z"];
+        let s0 = working_slab(self.kind, nd, &input.dist);
+        let s1 = 1 - s0;
+        let held: Vec<String> = (0..nd).filter(|&a| a != s0).map(|a| a.to_string()).collect();
+        let slab = |s: usize| TensorState {
+            dist: Distribution::slab(s),
+            layout: Layout::C,
+            ..out.clone()
+        };
+        let moved_in = input.dist != Distribution::slab(s0) || input.layout != Layout::C;
+        let detail = format!(
+            "{}FFT of axes {} on {}-slabs, one all-to-all to {}-slabs, FFT of axis {s0}{}",
+            if moved_in { "moved to working slabs, " } else { "" },
+            held.join(", "),
+            SLABS[s0],
+            SLABS[s1],
+            if *out == slab(s1) { "" } else { ", then to the result's distribution" },
+        );
+        Some((format!("slab_{}", SLABS[s0]), detail))
     }
 
     /// Its shape (the real side's for r2c and c2r) and kind.
