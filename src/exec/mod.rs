@@ -165,7 +165,7 @@ fn run_on<B: Backend>(
     progress: &Progress,
     since: memory::counted::Since,
 ) -> Result<bool> {
-    let mut writer = write::Writer::open(b, &plans.first().loaded.spec, opts)?;
+    let mut writer = write::Writer::new();
     let mut failed: Vec<String> = Vec::new();
     for (point, plan) in &plans.points {
         let sweep = plans.sweep.as_ref().map(|_| point);
@@ -180,7 +180,7 @@ fn run_on<B: Backend>(
                 .unwrap_or_default();
             Some(format!("{}{at} (max error {:.3e})", s.name, c.max_error))
         }));
-        writer.point(b, plan, sweep, outcome, progress)?;
+        writer.point((b, opts), plan, sweep, outcome, progress)?;
     }
     writer.finish(b, plans, ctx, since, progress)?;
     // Quiet runs print nothing else: a failure still gets its line.

@@ -81,36 +81,42 @@ pub fn check_place(spec: &Spec, ranks: u64, out: Option<&Path>) -> Result<()> {
 /// A run directory being written, one point after another (every rank takes part in each call):
 /// each point's shards and whole tensors as it finishes, then the manifest and the commit.
 pub struct Writer {
-    rundir: RunDir,
+    /// Created (under its temporary name, see [`open_rundir`]) when the first point has run: a
+    /// run that fails before leaves nothing on disk.
+    rundir: Option<RunDir>,
     started: chrono::DateTime<chrono::Utc>,
     /// On rank 0, every written point's steps and tensors.
     points: Vec<(Vec<manifest::StepRecord>, IndexMap<String, TensorRecord>)>,
 }
 
 impl Writer {
-    /// Creates the run directory under its temporary name (see [`open_rundir`]).
-    pub fn open<B: Backend>(b: &B, spec: &Spec, opts: &Options) -> Result<Self> {
-        let started = chrono::Utc::now();
-        Ok(Writer {
-            rundir: open_rundir(b, spec, opts, started)?,
-            started,
+    /// A writer for a run starting now.
+    pub fn new() -> Self {
+        Writer {
+            rundir: None,
+            started: chrono::Utc::now(),
             points: Vec::new(),
-        })
+        }
     }
 
     /// Writes a finished plan's outputs (a sweep point's under `p<index>/`).
     pub fn point<B: Backend>(
         &mut self,
-        b: &B,
+        (b, opts): (&B, &Options),
         plan: &Plan,
         point: Option<&Point>,
         outcome: Outcome<B>,
         progress: &Progress,
     ) -> Result<()> {
         let writing = std::time::Instant::now();
+        let rundir = match self.rundir.take() {
+            Some(dir) => dir,
+            None => open_rundir(b, &plan.loaded.spec, opts, self.started)?,
+        };
         let dir = point.map(|p| format!("p{}/", p.index)).unwrap_or_default();
-        let Written { shards, globals } =
-            write_tensors(b, plan, (&self.rundir, &dir), &outcome, progress)?;
+        let written = write_tensors(b, plan, (&rundir, &dir), &outcome, progress);
+        self.rundir = Some(rundir);
+        let Written { shards, globals } = written?;
         // Every rank's shards reach rank 0 (this also waits for every shard).
         let shards = b.all_gather_bytes(&serde_json::to_vec(&shards)?)?;
         progress.setup("outputs written", writing.elapsed().as_secs_f64());
@@ -155,7 +161,7 @@ impl Writer {
                 .map(|bytes| serde_json::from_slice(bytes))
                 .collect::<Result<Vec<RankInfo>, _>>()?;
             let m = manifest(plans, self.started, self.points, rank_info, b.device_kind());
-            let rundir = self.rundir;
+            let rundir = self.rundir.context("a run writes at least one point")?;
             manifest::write_manifest(&rundir, &m).context("cannot write manifest.json")?;
             let path = rundir
                 .commit()
