@@ -327,6 +327,8 @@ fn manifest<B: Backend>(
         steps,
         tensors,
         planned_peak_bytes_per_rank: Some(plan.peak_bytes_per_rank),
+        sweep: None,
+        points: Vec::new(),
     }
 }
 

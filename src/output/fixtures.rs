@@ -115,5 +115,7 @@ pub fn sample_manifest(algorithm: Checksum) -> Manifest {
         }],
         tensors,
         planned_peak_bytes_per_rank: None,
+        sweep: None,
+        points: Vec::new(),
     }
 }

@@ -47,6 +47,25 @@ pub struct Manifest {
     /// (`rank_info[r].memory`); absent from manifests written before it was recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub planned_peak_bytes_per_rank: Option<u64>,
+    /// A sweep's `[sweep]` table as written (key path -> list or range); absent for one run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<serde_json::Value>,
+    /// A sweep's points in the order they ran; the top-level `steps` and `tensors` are then empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub points: Vec<PointRecord>,
+}
+
+/// One point of a sweep: the spec with its swept keys replaced, and how it ran.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PointRecord {
+    /// The point's index in the product of the swept keys (the last key varies fastest).
+    pub index: u64,
+    /// Each swept key path and its value at this point.
+    pub values: IndexMap<String, serde_json::Value>,
+    /// The point's steps, in the order they ran.
+    pub steps: Vec<StepRecord>,
+    /// The point's written tensors, by name.
+    pub tensors: IndexMap<String, TensorRecord>,
 }
 
 /// Where one rank ran.
