@@ -207,14 +207,22 @@ fn described(family: &Family) -> Vec<(&'static str, Align, Cell)> {
     }
 }
 
-/// The work rate a family's rows compare by (none: they compare by time), its column name and
-/// its digits.
-fn rate(family: &Family) -> Option<(&'static str, &'static str, fn(&StepRecord) -> Option<f64>)> {
-    match family {
-        Family::Collective(_) => Some(("busbw", "GB/s", |s| s.busbw_gbs)),
-        Family::Matmul => Some(("TFLOP/s", "", |s| s.tflops)),
-        Family::Fft | Family::Other => None,
-    }
+/// A work rate: its column name, unit and figure.
+#[derive(Clone, Copy)]
+struct Rate {
+    name: &'static str,
+    unit: &'static str,
+    of: fn(&StepRecord) -> Option<f64>,
+}
+
+/// The work rate a family's rows compare by (none: they compare by time).
+fn rate(family: &Family) -> Option<Rate> {
+    let (name, unit, of): (_, _, fn(&StepRecord) -> Option<f64>) = match family {
+        Family::Collective(_) => ("busbw", "GB/s", |s| s.busbw_gbs),
+        Family::Matmul => ("TFLOP/s", "", |s| s.tflops),
+        Family::Fft | Family::Other => return None,
+    };
+    Some(Rate { name, unit, of })
 }
 
 /// A value's text, `-` for none.
@@ -299,14 +307,14 @@ fn sheet(group: &Group, columns: &IndexMap<String, String>, runs: usize) -> Shee
         if let Family::Collective(_) = group.family {
             measured.push("algbw (GB/s)".into());
         }
-        measured.extend(rate.map(|(name, unit, _)| with_unit(name, unit)));
+        measured.extend(rate.map(|r| with_unit(r.name, r.unit)));
     } else {
         for r in 0..runs {
             let l = letter(r);
             measured.push(format!("time {l} (us)"));
-            measured.extend(rate.map(|(name, unit, _)| with_unit(&format!("{name} {l}"), unit)));
+            measured.extend(rate.map(|r| with_unit(&format!("{} {l}", r.name), r.unit)));
         }
-        let compared = rate.map_or("time", |r| r.0);
+        let compared = rate.map_or("time", |r| r.name);
         measured.extend((1..runs).map(|r| format!("{compared} {}/a", letter(r))));
     }
     measured.push("check".into());
@@ -332,17 +340,17 @@ fn sheet(group: &Group, columns: &IndexMap<String, String>, runs: usize) -> Shee
                 if let Family::Collective(_) = group.family {
                     row.push(rate_text("GB/s", s.algbw_gbs));
                 }
-                row.extend(rate.map(|(_, unit, of)| rate_text(unit, of(s))));
+                row.extend(rate.map(|r| rate_text(r.unit, (r.of)(s))));
                 row.push(check_text(s));
             } else {
                 let steps: Vec<Option<&StepRecord>> =
                     line.cells.iter().map(|c| c.map(|r| r.step)).collect();
                 for s in &steps {
                     row.push(s.map_or("-".into(), |s| micros(s.time_s.median)));
-                    row.extend(rate.map(|(_, unit, of)| rate_text(unit, s.and_then(of))));
+                    row.extend(rate.map(|r| rate_text(r.unit, s.and_then(r.of))));
                 }
                 let figure = |s: Option<&StepRecord>| match rate {
-                    Some((_, _, of)) => s.and_then(of),
+                    Some(r) => s.and_then(r.of),
                     None => s.map(|s| s.time_s.median),
                 };
                 row.extend(
@@ -429,9 +437,9 @@ fn long_rows(
                 ("algorithm", json!(s.algorithm)),
                 ("iterations", json!(s.iterations)),
                 ("warmup", json!(s.warmup)),
-                ("time_us_median", json!(s.time_s.median * 1e6)),
-                ("time_us_min", json!(s.time_s.min * 1e6)),
-                ("time_us_max", json!(s.time_s.max * 1e6)),
+                ("time_us_median", json!(to_ns(s.time_s.median))),
+                ("time_us_min", json!(to_ns(s.time_s.min))),
+                ("time_us_max", json!(to_ns(s.time_s.max))),
                 ("algbw_gbs", json!(s.algbw_gbs)),
                 ("busbw_gbs", json!(s.busbw_gbs)),
                 ("tflops", json!(s.tflops)),
@@ -445,6 +453,11 @@ fn long_rows(
                 .collect()
         })
         .collect()
+}
+
+/// Seconds as microseconds to the nanosecond (no binary noise in the last digits).
+fn to_ns(seconds: f64) -> f64 {
+    (seconds * 1e9).round() / 1e3
 }
 
 /// RFC 4180 CSV of long rows: their keys as the header, null as an empty cell, a shape as
