@@ -1,5 +1,5 @@
 //! The command line: `run` (also a bare spec path), `validate`, `plan`, `schema`, `verify`,
-//! `clean`.
+//! `report`, `clean`.
 
 use crate::plan;
 use crate::spec::{self, InvalidSpec};
@@ -15,7 +15,7 @@ pub const EXIT_INVALID: u8 = 2;
     name = "distrun",
     version,
     about = "Distributed tensor work (matmul, FFT, redistribution, collectives) from a TOML spec",
-    after_help = "Examples:\n  distrun specs/allreduce.toml                  (same as distrun run SPEC)\n  mpiexec -n 4 distrun specs/collectives.toml\n  distrun validate specs/*.toml\n  distrun plan specs/gemm.toml --ranks 4\n  distrun verify runs/allreduce-20261121T173045Z\n  distrun clean runs\n  distrun schema --output schemas/distrun.schema.json"
+    after_help = "Examples:\n  distrun specs/allreduce.toml                  (same as distrun run SPEC)\n  mpiexec -n 4 distrun specs/collectives.toml\n  distrun validate specs/*.toml\n  distrun plan specs/gemm.toml --ranks 4\n  distrun verify runs/allreduce-20261121T173045Z\n  distrun report runs/coll-1 runs/coll-4 --plot coll.svg\n  distrun clean runs\n  distrun schema --output schemas/distrun.schema.json"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -52,6 +52,31 @@ enum Command {
     Verify {
         /// A run directory (holding manifest.json).
         run_dir: PathBuf,
+    },
+    /// Tables of what run directories recorded: per step (and sweep point) size, count, type,
+    /// redop, root, time (us), algbw and busbw for collectives; m, n, k, algorithm and TFLOP/s
+    /// for matmul; shape and kind for FFT. One table per op family; several run directories
+    /// stand side by side, each with its ratio to the first. Exit 0, or 1 for a run directory or
+    /// manifest that cannot be read.
+    #[command(
+        after_help = "Example:\n  distrun report runs/coll-1\n  distrun report runs/coll-1 runs/coll-4 --format md --output coll.md\n  distrun report runs/sweep --format csv\n  distrun report runs/coll-1 runs/coll-4 --plot coll.svg"
+    )]
+    Report {
+        /// Run directories (each holding manifest.json); ratios compare with the first.
+        #[arg(required = true)]
+        run_dirs: Vec<PathBuf>,
+        /// table: aligned columns; md: GitHub markdown; csv and json: a row per step per point
+        /// per run.
+        #[arg(long, value_enum, default_value_t = crate::report::Format::Table)]
+        format: crate::report::Format,
+        /// Write the report to this file instead of standard output.
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+        /// Also draw busbw against size (collectives), TFLOP/s (matmul) and time (FFT), one
+        /// chart per family stacked in this .svg or .png file (a PNG needs a TrueType font:
+        /// DejaVu Sans from fonts-dejavu-core, or DISTRUN_FONT=FILE.ttf).
+        #[arg(long, value_parser = crate::report::plot_path)]
+        plot: Option<PathBuf>,
     },
     /// Check specs: TOML syntax, schema, then meaning. Runs nothing; exit 0, or 2 with every error.
     #[command(
@@ -104,8 +129,8 @@ enum Command {
 /// Exit status for a run whose check failed, or a run directory that does not verify.
 pub const EXIT_CHECK: u8 = 3;
 
-const COMMANDS: [&str; 7] = [
-    "run", "validate", "plan", "schema", "verify", "clean", "help",
+const COMMANDS: [&str; 8] = [
+    "run", "validate", "plan", "schema", "verify", "report", "clean", "help",
 ];
 
 /// Flags that take a value in the next argument.
@@ -189,6 +214,16 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             } else {
                 Ok(ExitCode::from(EXIT_CHECK))
             }
+        }
+        Command::Report {
+            run_dirs,
+            format,
+            output,
+            plot,
+        } => {
+            let runs = crate::report::load(&run_dirs)?;
+            crate::report::report(&runs, format, output.as_deref(), plot.as_deref())?;
+            Ok(ExitCode::SUCCESS)
         }
         Command::Validate { specs, ranks } => {
             let mut failed = false;

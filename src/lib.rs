@@ -13,5 +13,6 @@ pub mod init;
 pub mod ops;
 pub mod output;
 pub mod plan;
+pub mod report;
 pub mod runtime;
 pub mod spec;

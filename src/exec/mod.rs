@@ -305,7 +305,7 @@ fn execute<B: Backend>(b: &B, plan: &Plan, progress: &Progress) -> Result<Outcom
         let mut run = StepRun::new(b, (i, planned), inputs, dest, spec.job.seed, progress);
         let out = planned.step.run(&mut run)?;
         let (record, place) = run.finish();
-        progress.end_step(&record);
+        progress.end_step(&record, &planned.figures);
         records.push(record);
         if let (Some(out), Some((name, state))) = (out, result) {
             tensors.insert(name.clone(), (state.clone(), settle(b, place, out)?));

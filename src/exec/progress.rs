@@ -3,6 +3,7 @@
 
 use super::{Chosen, StepRecord};
 use crate::ops::matmul::MatmulPipeline;
+use crate::plan::figures::Figures;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::cell::RefCell;
 use std::io::IsTerminal;
@@ -54,12 +55,13 @@ impl Progress {
             bar.inc(1);
         }
         if self.on && self.verbose {
-            self.line(&format!("distrun:   run {k}: {:.3} ms", seconds * 1e3));
+            self.line(&format!("distrun:   run {k}: {}", duration(seconds)));
         }
     }
 
-    /// A step is done.
-    pub fn end_step(&self, record: &StepRecord) {
+    /// A step is done; `figures` say what it was (size, count, dtype, reduction; m, n, k; an
+    /// FFT's kind and shape).
+    pub fn end_step(&self, record: &StepRecord, figures: &Figures) {
         if !self.on {
             return;
         }
@@ -67,12 +69,11 @@ impl Progress {
             bar.finish_and_clear();
         }
         let (_, median, _) = record.min_median_max();
-        let mut line = format!(
-            "distrun: {} ({}): median {:.3} ms",
-            record.name,
-            record.op,
-            median * 1e3
-        );
+        let mut line = format!("distrun: {} ({}", record.name, record.op);
+        if let Some(what) = figures.summary() {
+            line.push_str(&format!(", {what}"));
+        }
+        line.push_str(&format!("): median {}", duration(median)));
         if let Some((bytes, factor)) = record.bandwidth.filter(|_| median > 0.0) {
             let alg = bytes / median / 1e9;
             line.push_str(&format!(
@@ -86,10 +87,10 @@ impl Progress {
         }) = record.via
         {
             line.push_str(&format!(
-                ", by {} (trials: nccl {:.3} ms, nvshmem {:.3} ms)",
+                ", by {} (trials: nccl {}, nvshmem {})",
                 way.name(),
-                nccl * 1e3,
-                nvshmem * 1e3
+                duration(nccl),
+                duration(nvshmem)
             ));
         }
         if let Some(Chosen { way, trials }) = record.pipeline {
@@ -99,9 +100,9 @@ impl Progress {
             });
             if let Some([rounds, whole]) = trials {
                 line.push_str(&format!(
-                    " (trials: rounds {:.3} ms, whole {:.3} ms)",
-                    rounds * 1e3,
-                    whole * 1e3
+                    " (trials: rounds {}, whole {})",
+                    duration(rounds),
+                    duration(whole)
                 ));
             }
         }
@@ -139,5 +140,29 @@ impl Progress {
             Some(bar) => bar.println(text),
             None => eprintln!("{text}"),
         }
+    }
+}
+
+/// A step's time for people: microseconds below a millisecond, milliseconds below a second.
+fn duration(seconds: f64) -> String {
+    if seconds < 1e-3 {
+        format!("{:.2} us", seconds * 1e6)
+    } else if seconds < 1.0 {
+        format!("{:.3} ms", seconds * 1e3)
+    } else {
+        format!("{seconds:.3} s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::duration;
+
+    #[test]
+    fn durations_keep_their_digits() {
+        assert_eq!(duration(1.234e-6), "1.23 us");
+        assert_eq!(duration(0.000_999), "999.00 us");
+        assert_eq!(duration(0.0125), "12.500 ms");
+        assert_eq!(duration(2.5), "2.500 s");
     }
 }

@@ -2,6 +2,7 @@
 //! the element type, the reduction and root; a matmul's m, n, k; an FFT's shape and kind.
 
 use super::StepPlan;
+use super::report::human_bytes;
 use crate::ops::movement::local_bytes;
 use crate::spec::tensor::DType;
 use serde::{Deserialize, Serialize};
@@ -62,10 +63,54 @@ impl Figures {
         f
     }
 
+    /// The figures in a few words for a console line: `4.0 KiB = 1024 x f32, sum, root 0`;
+    /// `m 128 n 512 k 1024 f32`; `c2c [64, 64] c64`. None for a step without figures.
+    pub fn summary(&self) -> Option<String> {
+        let dtype = self.dtype.map_or(String::new(), |d| format!(" {d}"));
+        let mut parts = vec![
+            if let (Some(m), Some(n), Some(k)) = (self.m, self.n, self.k) {
+                format!("m {m} n {n} k {k}{dtype}")
+            } else if let Some(shape) = &self.shape {
+                format!("{} {shape:?}{dtype}", self.kind.as_deref().unwrap_or("fft"))
+            } else {
+                let (bytes, count) = self.bytes.zip(self.count)?;
+                format!("{} = {count} x{dtype}", human_bytes(bytes))
+            },
+        ];
+        parts.extend(self.reduce.clone());
+        parts.extend(self.root.map(|r| format!("root {r}")));
+        Some(parts.join(", "))
+    }
+
     /// Sets `bytes` of elements of `dtype`, with their count.
     pub fn set_bytes(&mut self, bytes: u64, dtype: DType) {
         self.bytes = Some(bytes);
         self.count = Some(bytes / dtype.size());
         self.dtype = Some(dtype);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Figures;
+    use crate::spec::tensor::DType;
+
+    #[test]
+    fn summaries_name_what_applies() {
+        let mut f = Figures::default();
+        assert_eq!(f.summary(), None);
+        f.set_bytes(4096, DType::F32);
+        f.reduce = Some("sum".into());
+        f.root = Some(0);
+        assert_eq!(f.summary().unwrap(), "4.0 KiB = 1024 x f32, sum, root 0");
+        (f.m, f.n, f.k, f.reduce, f.root) = (Some(2), Some(3), Some(4), None, None);
+        assert_eq!(f.summary().unwrap(), "m 2 n 3 k 4 f32");
+        let fft = Figures {
+            shape: Some(vec![8, 8]),
+            kind: Some("c2c".into()),
+            dtype: Some(DType::C64),
+            ..Figures::default()
+        };
+        assert_eq!(fft.summary().unwrap(), "c2c [8, 8] c64");
     }
 }
