@@ -213,7 +213,7 @@ fn write_spec(dir: &Path, cases: &[Case]) -> std::path::PathBuf {
             }
         }
         s += &format!(
-            "[[steps]]\nop = \"fft\"\ninput = \"x{i}\"\nkind = \"{}\"\ndirection = \"{}\"\nnorm = \"{}\"\nreshape = {}\ncheck = true\n",
+            "[[steps]]\nop = \"fft\"\ninput = \"x{i}\"\nkind = \"{}\"\ndirection = \"{}\"\nnorm = \"{}\"\nreshape = {}\ncheck = true\nwarmup = 0\niterations = 1\n",
             c.kind,
             if c.inverse { "inverse" } else { "forward" },
             c.norm,
@@ -399,8 +399,8 @@ fn c128_256_cubed_transforms_are_exact_and_pass_their_checks_at_1_to_4_ranks() {
         "[job]\nname = \"c128\"\n\
          [tensors.w]\nshape = [256, 256, 256]\ndtype = \"c128\"\ndistribution = { slab = 0 }\ninit = { npy = \"waves.npy\" }\n\
          [tensors.u]\nshape = [256, 256, 256]\ndtype = \"c128\"\ndistribution = { slab = 1 }\ninit = { uniform = { low = -1.0, high = 1.0 } }\n\
-         [[steps]]\nop = \"fft\"\ninput = \"w\"\nout = \"spectrum\"\ncheck = true\n\
-         [[steps]]\nop = \"fft\"\ninput = \"u\"\ndirection = \"inverse\"\nnorm = \"ortho\"\ncheck = true\n\
+         [[steps]]\nop = \"fft\"\ninput = \"w\"\nout = \"spectrum\"\ncheck = true\nwarmup = 0\niterations = 1\n\
+         [[steps]]\nop = \"fft\"\ninput = \"u\"\ndirection = \"inverse\"\nnorm = \"ortho\"\ncheck = true\nwarmup = 0\niterations = 1\n\
          [output]\ntensors = [\"spectrum\"]\ngather = true\n",
     )
     .unwrap();
@@ -439,8 +439,8 @@ fn a_c2r_check_compares_the_hermitian_planes() {
          [tensors.y]\nshape = [6, 9, 1]\ndtype = \"f64\"\n\
          [tensors.z]\nshape = [5, 4]\ndtype = \"c64\"\ndistribution = { slab = 0 }\ninit = { uniform = { low = -1.0, high = 1.0 } }\n\
          [tensors.w]\nshape = [5, 6]\ndtype = \"f32\"\n\
-         [[steps]]\nop = \"fft\"\ninput = \"x\"\nout = \"y\"\nkind = \"c2r\"\ndirection = \"inverse\"\ncheck = true\n\
-         [[steps]]\nop = \"fft\"\ninput = \"z\"\nout = \"w\"\nkind = \"c2r\"\ndirection = \"inverse\"\nnorm = \"ortho\"\ncheck = true\n",
+         [[steps]]\nop = \"fft\"\ninput = \"x\"\nout = \"y\"\nkind = \"c2r\"\ndirection = \"inverse\"\ncheck = true\nwarmup = 0\niterations = 1\n\
+         [[steps]]\nop = \"fft\"\ninput = \"z\"\nout = \"w\"\nkind = \"c2r\"\ndirection = \"inverse\"\nnorm = \"ortho\"\ncheck = true\nwarmup = 0\niterations = 1\n",
     );
     for p in 1..=4usize {
         let out = spec.parent().unwrap().join(format!("run{p}"));

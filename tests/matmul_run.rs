@@ -280,7 +280,7 @@ fn write_spec(dir: &Path, cases: &[Case]) -> std::path::PathBuf {
             c.layouts.1, c.b_dist
         );
         let mut step = format!(
-            "[[steps]]\nop = \"matmul\"\na = \"a{i}\"\nb = \"b{i}\"\nout = \"d{i}\"\nalpha = {:?}\ntranspose_a = {}\ntranspose_b = {}\nconjugate_a = {}\nconjugate_b = {}\nalgorithm = \"{}\"\npipeline = \"{}\"\ncheck = true\n",
+            "[[steps]]\nop = \"matmul\"\na = \"a{i}\"\nb = \"b{i}\"\nout = \"d{i}\"\nalpha = {:?}\ntranspose_a = {}\ntranspose_b = {}\nconjugate_a = {}\nconjugate_b = {}\nalgorithm = \"{}\"\npipeline = \"{}\"\ncheck = true\nwarmup = 0\niterations = 1\n",
             c.alpha,
             c.transpose.0,
             c.transpose.1,
@@ -563,10 +563,16 @@ fn the_step_line_says_how_the_trials_went() {
     } else {
         "in one exchange"
     };
+    // Times as the console gives them: us below a millisecond, ms below a second.
+    let time = |s: f64| match s {
+        s if s < 1e-3 => format!("{:.2} us", s * 1e6),
+        s if s < 1.0 => format!("{:.3} ms", s * 1e3),
+        s => format!("{s:.3} s"),
+    };
     let said = format!(
-        "{kept} (trials: rounds {:.3} ms, whole {:.3} ms)",
-        rounds * 1e3,
-        whole * 1e3
+        "{kept} (trials: rounds {}, whole {})",
+        time(rounds),
+        time(whole)
     );
     assert!(ran.stderr.contains(&said), "{said} not in:\n{}", ran.stderr);
 }
@@ -590,8 +596,8 @@ fn operands_some_ranks_hold_none_of() {
         [tensors.bf64]\nshape = [6, 2]\ndtype = \"f64\"\ndistribution = { root = 0 }\ninit = { npy = \"bf64.npy\" }\n\
         [tensors.af16]\nshape = [4, 6]\ndtype = \"f16\"\ndistribution = { slab = 0 }\ninit = { npy = \"af16.npy\" }\n\
         [tensors.bf16]\nshape = [6, 2]\ndtype = \"f16\"\ndistribution = { slab = 1 }\ninit = { npy = \"bf16.npy\" }\n\
-        [[steps]]\nop = \"matmul\"\na = \"af64\"\nb = \"bf64\"\nout = \"d64\"\ncheck = true\n\
-        [[steps]]\nop = \"matmul\"\na = \"af16\"\nb = \"bf16\"\nout = \"d16\"\nalgorithm = \"ag_gemm\"\ncheck = true\n\
+        [[steps]]\nop = \"matmul\"\na = \"af64\"\nb = \"bf64\"\nout = \"d64\"\ncheck = true\nwarmup = 0\niterations = 1\n\
+        [[steps]]\nop = \"matmul\"\na = \"af16\"\nb = \"bf16\"\nout = \"d16\"\nalgorithm = \"ag_gemm\"\ncheck = true\nwarmup = 0\niterations = 1\n\
         [output]\ngather = true\ntensors = [\"d64\", \"d16\"]\n";
     let path = dir.join("empty.toml");
     std::fs::write(&path, spec).unwrap();
@@ -641,9 +647,9 @@ fn megatron_row_parallel_layer_at_1_to_4_ranks() {
              [tensors.h]\nshape = [{t}, {f}]\ndtype = \"f64\"\ndistribution = {{ slab = 1 }}\n\
              [tensors.w2]\nshape = [{f}, {d}]\ndtype = \"f64\"\ndistribution = {{ slab = 0 }}\ninit = {{ npy = \"w2.npy\" }}\n\
              [tensors.y]\nshape = [{t}, {d}]\ndtype = \"f64\"\ndistribution = \"partial\"\n\
-             [[steps]]\nop = \"matmul\"\na = \"x\"\nb = \"w1\"\nout = \"h\"\nepilog = \"gelu\"\ncheck = true\n\
-             [[steps]]\nop = \"matmul\"\na = \"h\"\nb = \"w2\"\nout = \"y\"\ncheck = true\n\
-             [[steps]]\nop = \"all_reduce\"\ninput = \"y\"\ncheck = true\n\
+             [[steps]]\nop = \"matmul\"\na = \"x\"\nb = \"w1\"\nout = \"h\"\nepilog = \"gelu\"\ncheck = true\nwarmup = 0\niterations = 1\n\
+             [[steps]]\nop = \"matmul\"\na = \"h\"\nb = \"w2\"\nout = \"y\"\ncheck = true\nwarmup = 0\niterations = 1\n\
+             [[steps]]\nop = \"all_reduce\"\ninput = \"y\"\ncheck = true\nwarmup = 0\niterations = 1\n\
              [output]\ntensors = [\"y\"]\ngather = true\n"
         ),
     )
@@ -709,7 +715,7 @@ fn freivalds_holds_in_double_precision_with_a_short_k() {
                  [tensors.a]\nshape = [2048, 1]\ndtype = \"{dtype}\"\ndistribution = {{ slab = 0 }}\ninit = {{ uniform = {{ low = -1.0, high = 1.0 }} }}\n\
                  [tensors.b]\nshape = [1, 2048]\ndtype = \"{dtype}\"\ninit = {{ uniform = {{ low = -1.0, high = 1.0 }} }}\n\
                  [tensors.c]\nshape = [2048, 2048]\ndtype = \"{dtype}\"\ndistribution = {{ slab = 0 }}\ninit = {{ normal = {{ mean = 0.0, std = 1.0 }} }}\n\
-                 [[steps]]\nop = \"matmul\"\na = \"a\"\nb = \"b\"\nc = \"c\"\nbeta = -1.0\nout = \"d\"\ncheck = true\n"
+                 [[steps]]\nop = \"matmul\"\na = \"a\"\nb = \"b\"\nc = \"c\"\nbeta = -1.0\nout = \"d\"\ncheck = true\nwarmup = 0\niterations = 1\n"
             ),
         );
         for p in [1, 2, 3] {

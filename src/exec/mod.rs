@@ -5,6 +5,7 @@
 pub mod memory;
 mod progress;
 mod running;
+mod terminal;
 mod write;
 
 pub use running::StepRun;

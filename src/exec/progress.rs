@@ -1,12 +1,11 @@
-//! What rank 0 tells the user while a run goes: a progress bar on a terminal, plain lines
-//! otherwise, nothing with `-q`.
+//! What rank 0 tells the user while a run goes: a progress bar on a terminal (its own, or the
+//! launcher's: see `terminal.rs`), plain lines otherwise, nothing with `-q`.
 
 use super::{Chosen, StepRecord};
 use crate::ops::matmul::MatmulPipeline;
 use crate::plan::figures::Figures;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::cell::RefCell;
-use std::io::IsTerminal;
 
 /// Rank 0's reporter (silent on other ranks and with `-q`).
 pub struct Progress {
@@ -32,8 +31,8 @@ impl Progress {
         if !self.on {
             return;
         }
-        if std::io::stderr().is_terminal() {
-            let bar = ProgressBar::new(u64::from(runs));
+        if let Some(target) = super::terminal::bar_target() {
+            let bar = ProgressBar::with_draw_target(Some(u64::from(runs)), target);
             bar.set_style(
                 ProgressStyle::with_template("{prefix} {bar:30} {pos}/{len} {msg}")
                     .expect("a valid template"),

@@ -343,11 +343,16 @@ impl Gen {
     /// The keys every step may take.
     fn common(&mut self) -> String {
         let mut s = String::new();
+        // A few runs, or one (the defaults, nccl-tests' 5 and 20, now and then).
         if self.rng.chance(0.3) {
             s += &format!("warmup = {}\n", self.rng.range(1, 2));
+        } else if self.rng.chance(0.9) {
+            s += "warmup = 0\n";
         }
         if self.rng.chance(0.3) {
             s += &format!("iterations = {}\n", self.rng.range(2, 3));
+        } else if self.rng.chance(0.9) {
+            s += "iterations = 1\n";
         }
         if self.rng.chance(0.2) {
             s += "timing = \"queued\"\n";
