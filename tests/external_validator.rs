@@ -1,6 +1,6 @@
 //! The editor side, proven with a validator distrun does not contain: check-jsonschema (what
-//! `scripts/setup` installs into .tools/venv) accepts every spec in specs/ against the committed
-//! schema and rejects broken ones.
+//! `scripts/setup` installs into .tools/venv) accepts every spec in specs/ and examples/ against
+//! the committed schema and rejects broken ones.
 
 mod common;
 use common::*;
@@ -32,9 +32,9 @@ fn run(mut cmd: Command) -> (bool, String) {
 #[test]
 fn check_jsonschema_accepts_every_example_spec() {
     let mut cmd = check_jsonschema();
-    cmd.args(example_specs());
+    cmd.args(example_specs()).args(workload_specs());
     let (ok, out) = run(cmd);
-    assert!(ok, "check-jsonschema rejected specs/:\n{out}");
+    assert!(ok, "check-jsonschema rejected specs/ or examples/:\n{out}");
 }
 
 #[test]

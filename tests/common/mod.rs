@@ -137,6 +137,24 @@ pub fn example_specs() -> Vec<PathBuf> {
     specs
 }
 
+/// Every spec under examples/ (each workload's folder), in a stable order.
+pub fn workload_specs() -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "toml") {
+                out.push(path);
+            }
+        }
+    }
+    let mut specs = Vec::new();
+    walk(&root().join("examples"), &mut specs);
+    specs.sort();
+    specs
+}
+
 /// `mpiexec -n P distrun ARGS` with Open MPI's settings for root and oversubscription; killed
 /// (and reported as code -9) after `limit`.
 pub fn mpirun(p: usize, args: &[&str], env: &[(&str, &str)], limit: std::time::Duration) -> Ran {
