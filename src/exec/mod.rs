@@ -112,7 +112,7 @@ pub fn run(plan: &Plan, ctx: &Context, opts: &Options) -> Result<bool> {
             .nvshmem_symmetric_size
             .map(|_| plan.symmetric_heap_bytes as usize);
         let mut backend = Cuda::new(
-            ctx.comm.as_ref(),
+            ctx.group(),
             &ctx.host,
             &loaded.spec.runtime.device_map,
             heap,
@@ -142,14 +142,10 @@ pub fn run(plan: &Plan, ctx: &Context, opts: &Options) -> Result<bool> {
             ranks_here: memory::ranks_on_this_host(ctx)?,
         };
         memory::preflight(ctx, plan, room)?;
-        run_on(
-            &Cpu::new(ctx.comm.as_ref()),
-            plan,
-            ctx,
-            opts,
-            &progress,
-            since,
-        )
+        let Some(comm) = ctx.comm() else {
+            bail!("the CPU backend moves data through MPI, which this process group lacks");
+        };
+        run_on(&Cpu::new(comm), plan, ctx, opts, &progress, since)
     }
 }
 
@@ -207,9 +203,7 @@ fn device(loaded: &Loaded, ctx: &Context) -> Result<Device> {
         Device::Cuda => Device::Cuda,
         _ => Device::Cpu,
     };
-    let all = ctx
-        .comm
-        .all_gather_bytes(&[u8::from(mine == Device::Cuda)])?;
+    let all = (ctx.group()).all_gather_bytes(&[u8::from(mine == Device::Cuda)])?;
     let chosen = if all[0][0] == 1 {
         Device::Cuda
     } else {

@@ -8,12 +8,12 @@ pub mod signals;
 
 use crate::spec::model::ProcessGroup;
 use anyhow::{Result, bail};
-use comm::{Comm, Single};
+use comm::{Comm, Group, Single};
 
 /// A started process group.
 pub struct Context {
     /// How this rank talks to the others.
-    pub comm: Box<dyn Comm>,
+    comm: Box<dyn Comm>,
     /// This host's name.
     pub host: String,
     /// Keeps MPI initialized while the context lives (finalizes on drop).
@@ -21,14 +21,24 @@ pub struct Context {
 }
 
 impl Context {
+    /// The ranks, and the messages that coordinate them.
+    pub fn group(&self) -> &dyn Group {
+        self.comm.as_ref()
+    }
+
+    /// Data movement between host buffers, where the process group gives it.
+    pub fn comm(&self) -> Option<&dyn Comm> {
+        Some(self.comm.as_ref())
+    }
+
     /// This rank.
     pub fn rank(&self) -> usize {
-        self.comm.rank()
+        self.group().rank()
     }
 
     /// Number of ranks.
     pub fn size(&self) -> usize {
-        self.comm.size()
+        self.group().size()
     }
 
     /// Stops a stage on every rank together: each rank gives why it cannot go on (None when it
