@@ -16,7 +16,7 @@ use crate::dist::TensorState;
 use crate::ops::Comparison;
 use crate::ops::matmul::MatmulPipeline;
 use crate::plan::Plan;
-use crate::runtime::Context;
+use crate::runtime::{self, Context, Start};
 use crate::spec::Loaded;
 use crate::spec::model::{CommBackend, Device};
 use anyhow::{Result, bail};
@@ -142,6 +142,8 @@ pub fn run(plan: &Plan, ctx: &Context, opts: &Options) -> Result<bool> {
             ranks_here: memory::ranks_on_this_host(ctx)?,
         };
         memory::preflight(ctx, plan, room)?;
+        // Refused before the group starts (see `preflight`): a group joined over TCP only
+        // coordinates.
         let Some(comm) = ctx.comm() else {
             bail!("the CPU backend moves data through MPI, which this process group lacks");
         };
@@ -219,12 +221,29 @@ fn device(loaded: &Loaded, ctx: &Context) -> Result<Device> {
 }
 
 /// What stops a spec before any rank starts: an explicit `cuda` device whose libraries are
-/// missing (each named, with where it was looked for); nothing runs.
+/// missing (each named, with where it was looked for); a run on the CPU by ranks started without
+/// MPI (torchrun, srun without an MPI plugin), whose group only coordinates while the CPU
+/// backend moves data through MPI. Nothing runs.
 pub fn preflight(loaded: &Loaded) -> Result<()> {
-    if loaded.spec.runtime.device != Device::Cuda {
-        return Ok(());
+    let runtime = &loaded.spec.runtime;
+    if runtime.device == Device::Cuda {
+        cuda::probe::require(&gpu_libs(loaded))?;
     }
-    cuda::probe::require(&gpu_libs(loaded))
+    let Start::Tcp(r) = runtime::choose(runtime.process_group)? else {
+        return Ok(());
+    };
+    let why = match runtime.device {
+        Device::Cuda => return Ok(()),
+        Device::Auto if cuda::probe::available(&gpu_libs(loaded)) => return Ok(()),
+        Device::Auto => " (device = \"auto\" found no GPU whose libraries load here)",
+        Device::Cpu => "",
+    };
+    bail!(
+        "started by {} without MPI: the CPU backend moves data through MPI{why}; start it with \
+         {}, or run on GPUs (device = \"cuda\")",
+        r.started_by(),
+        r.under_mpi()
+    )
 }
 
 fn execute<B: Backend>(
