@@ -34,10 +34,11 @@ pub fn meet(r: &Rendezvous) -> Result<Vec<TcpStream>> {
     }
 }
 
-/// A listener on `port` of every address of this host (IPv6 and IPv4 where the host has both).
+/// A listener on `port` of every IPv4 address of this host (IPv6 where it has no IPv4; the
+/// other ranks try every address `MASTER_ADDR` has).
 fn listen(port: u16) -> Result<TcpListener> {
-    TcpListener::bind(("::", port))
-        .or_else(|_| TcpListener::bind(("0.0.0.0", port)))
+    TcpListener::bind(("0.0.0.0", port))
+        .or_else(|e| TcpListener::bind(("::", port)).map_err(|_| e))
         .with_context(|| {
             format!(
                 "rank 0 cannot listen on port {port} (MASTER_PORT) for the other ranks: choose \
