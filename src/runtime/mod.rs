@@ -92,9 +92,9 @@ impl Context {
 
 /// Makes a panic (a bug) end every rank as an error does: the panic's message, the run directory
 /// being written removed, then MPI_Abort where MPI runs with more than one rank, or an abort
-/// through rank 0 where the ranks joined over TCP. Unwinding instead
-/// would tear down NCCL, NVSHMEM and MPI while the other ranks wait for this one in a collective,
-/// and the job would hang.
+/// through rank 0 where the ranks joined over TCP. Unwinding instead would tear down NCCL,
+/// NVSHMEM and MPI while the other ranks wait for this one in a collective, and the job would
+/// hang.
 pub fn abort_job_on_panic() {
     let report = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
