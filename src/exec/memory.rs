@@ -85,7 +85,7 @@ pub fn preflight(ctx: &Context, plan: &Plan, room: Room) -> Result<()> {
 
 /// How many ranks run on this host (every rank's host name gathered).
 pub fn ranks_on_this_host(ctx: &Context) -> Result<u64> {
-    let hosts = ctx.comm.all_gather_bytes(ctx.host.as_bytes())?;
+    let hosts = ctx.group().all_gather_bytes(ctx.host.as_bytes())?;
     Ok(hosts.iter().filter(|h| **h == ctx.host.as_bytes()).count() as u64)
 }
 

@@ -17,7 +17,7 @@ use crate::dist::TensorState;
 use crate::ops::Comparison;
 use crate::ops::matmul::MatmulPipeline;
 use crate::plan::{Plan, Plans};
-use crate::runtime::Context;
+use crate::runtime::{self, Context, Start};
 use crate::spec::Loaded;
 use crate::spec::model::{CommBackend, Device};
 use anyhow::{Result, bail};
@@ -112,7 +112,7 @@ pub fn run(plans: &Plans, ctx: &Context, opts: &Options) -> Result<bool> {
             .nvshmem_symmetric_size
             .map(|_| plans.each().map(|p| p.symmetric_heap_bytes).sum::<u64>() as usize);
         let mut backend = Cuda::new(
-            ctx.comm.as_ref(),
+            ctx.group(),
             &ctx.host,
             &loaded.spec.runtime.device_map,
             heap,
@@ -146,14 +146,12 @@ pub fn run(plans: &Plans, ctx: &Context, opts: &Options) -> Result<bool> {
         for plan in plans.each() {
             memory::preflight(ctx, plan, room)?;
         }
-        run_on(
-            &Cpu::new(ctx.comm.as_ref()),
-            plans,
-            ctx,
-            opts,
-            &progress,
-            since,
-        )
+        // Refused before the group starts (see `preflight`): a group joined over TCP only
+        // coordinates.
+        let Some(comm) = ctx.comm() else {
+            bail!("the CPU backend moves data through MPI, which this process group lacks");
+        };
+        run_on(&Cpu::new(comm), plans, ctx, opts, &progress, since)
     }
 }
 
@@ -223,9 +221,7 @@ fn device(loaded: &Loaded, ctx: &Context) -> Result<Device> {
         Device::Cuda => Device::Cuda,
         _ => Device::Cpu,
     };
-    let all = ctx
-        .comm
-        .all_gather_bytes(&[u8::from(mine == Device::Cuda)])?;
+    let all = (ctx.group()).all_gather_bytes(&[u8::from(mine == Device::Cuda)])?;
     let chosen = if all[0][0] == 1 {
         Device::Cuda
     } else {
@@ -241,12 +237,29 @@ fn device(loaded: &Loaded, ctx: &Context) -> Result<Device> {
 }
 
 /// What stops a spec before any rank starts: an explicit `cuda` device whose libraries are
-/// missing (each named, with where it was looked for); nothing runs.
+/// missing (each named, with where it was looked for); a run on the CPU by ranks started without
+/// MPI (torchrun, srun without an MPI plugin), whose group only coordinates while the CPU
+/// backend moves data through MPI. Nothing runs.
 pub fn preflight(loaded: &Loaded) -> Result<()> {
-    if loaded.spec.runtime.device != Device::Cuda {
-        return Ok(());
+    let runtime = &loaded.spec.runtime;
+    if runtime.device == Device::Cuda {
+        cuda::probe::require(&gpu_libs(loaded))?;
     }
-    cuda::probe::require(&gpu_libs(loaded))
+    let Start::Tcp(r) = runtime::choose(runtime.process_group)? else {
+        return Ok(());
+    };
+    let why = match runtime.device {
+        Device::Cuda => return Ok(()),
+        Device::Auto if cuda::probe::available(&gpu_libs(loaded)) => return Ok(()),
+        Device::Auto => " (device = \"auto\" found no GPU whose libraries load here)",
+        Device::Cpu => "",
+    };
+    bail!(
+        "started by {} without MPI: the CPU backend moves data through MPI{why}; start it with \
+         {}, or run on GPUs (device = \"cuda\")",
+        r.started_by(),
+        r.under_mpi()
+    )
 }
 
 fn execute<B: Backend>(b: &B, plan: &Plan, progress: &Progress) -> Result<Outcome<B>> {

@@ -1,5 +1,8 @@
-//! The communicator the CPU backend talks through: byte-level data movement and typed
-//! reductions. One rank without a launcher (`Single`), or MPI (`super::mpi::MpiComm`).
+//! What ranks say to each other. [`Group`]: who is who, and the small host-side messages that
+//! coordinate them (ids, flags, timings), which every process group gives: one rank without a
+//! launcher ([`Single`]), MPI (`super::mpi::MpiComm`), or ranks joined over TCP
+//! (`super::tcp::TcpGroup`). [`Comm`]: byte-level data movement and typed reductions, which the
+//! CPU backend needs and only one rank and MPI give (on GPUs, NCCL moves the data).
 
 use anyhow::Result;
 
@@ -78,14 +81,27 @@ impl Parts {
     }
 }
 
-/// What ranks exchange. Counts are in elements of `elem_size` bytes; buffers are byte slices.
-pub trait Comm {
+/// The ranks of a process group and the messages that coordinate them.
+pub trait Group {
     /// This rank.
     fn rank(&self) -> usize;
     /// Number of ranks.
     fn size(&self) -> usize;
     /// Waits for every rank.
     fn barrier(&self) -> Result<()>;
+    /// Copies `root`'s buffer into every rank's.
+    fn broadcast(&self, buf: &mut [u8], root: usize) -> Result<()>;
+    /// Every rank's bytes, on every rank, by rank.
+    fn all_gather_bytes(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>>;
+    /// The largest `x` over the ranks.
+    fn max_f64(&self, x: f64) -> Result<f64>;
+    /// Ends every rank of the job now with `code`; returns only for one rank.
+    fn abort(&self, code: i32);
+}
+
+/// What ranks exchange of the tensors' data. Counts are in elements of `elem_size` bytes;
+/// buffers are byte slices.
+pub trait Comm: Group {
     /// Sends each rank its part of `send` and receives each rank's part into `recv` (elements of
     /// `elem_size` bytes).
     fn all_to_all_v(
@@ -110,21 +126,13 @@ pub trait Comm {
         elem: Elem,
         op: Op,
     ) -> Result<()>;
-    /// Copies `root`'s buffer into every rank's.
-    fn broadcast(&self, buf: &mut [u8], root: usize) -> Result<()>;
-    /// Every rank's bytes, on every rank, by rank.
-    fn all_gather_bytes(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>>;
-    /// The largest `x` over the ranks.
-    fn max_f64(&self, x: f64) -> Result<f64>;
-    /// Ends every rank of the job now with `code` (MPI_Abort); returns only for one rank.
-    fn abort(&self, code: i32);
 }
 
 /// One rank, no launcher: every collective is a local copy.
 #[derive(Debug, Default)]
 pub struct Single;
 
-impl Comm for Single {
+impl Group for Single {
     fn rank(&self) -> usize {
         0
     }
@@ -134,6 +142,19 @@ impl Comm for Single {
     fn barrier(&self) -> Result<()> {
         Ok(())
     }
+    fn broadcast(&self, _: &mut [u8], _: usize) -> Result<()> {
+        Ok(())
+    }
+    fn all_gather_bytes(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+        Ok(vec![mine.to_vec()])
+    }
+    fn max_f64(&self, x: f64) -> Result<f64> {
+        Ok(x)
+    }
+    fn abort(&self, _: i32) {}
+}
+
+impl Comm for Single {
     fn all_to_all_v(
         &self,
         send: &[u8],
@@ -166,14 +187,4 @@ impl Comm for Single {
         recv.copy_from_slice(send);
         Ok(())
     }
-    fn broadcast(&self, _: &mut [u8], _: usize) -> Result<()> {
-        Ok(())
-    }
-    fn all_gather_bytes(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
-        Ok(vec![mine.to_vec()])
-    }
-    fn max_f64(&self, x: f64) -> Result<f64> {
-        Ok(x)
-    }
-    fn abort(&self, _: i32) {}
 }

@@ -1,6 +1,7 @@
-//! MPI_COMM_WORLD as a [`Comm`], through the MPI C API that the `mpi` crate exposes.
+//! MPI_COMM_WORLD as a [`Group`] and [`Comm`], through the MPI C API that the `mpi` crate
+//! exposes.
 
-use super::comm::{Comm, Elem, Op, Parts};
+use super::comm::{Comm, Elem, Group, Op, Parts};
 use anyhow::{Result, bail};
 use mpi::ffi;
 use std::os::raw::{c_int, c_void};
@@ -164,7 +165,7 @@ impl MpiComm {
     }
 }
 
-impl Comm for MpiComm {
+impl Group for MpiComm {
     fn rank(&self) -> usize {
         self.rank
     }
@@ -178,6 +179,87 @@ impl Comm for MpiComm {
         check(unsafe { ffi::MPI_Barrier(world()) }, "MPI_Barrier")
     }
 
+    fn broadcast(&self, buf: &mut [u8], root: usize) -> Result<()> {
+        let len = buf.len();
+        Self::chunked(len, |at, n| {
+            // SAFETY: the buffer holds n bytes from `at` on every rank.
+            check(
+                unsafe {
+                    ffi::MPI_Bcast(
+                        buf[at..].as_mut_ptr() as *mut c_void,
+                        n as c_int,
+                        ffi::RSMPI_UINT8_T,
+                        root as c_int,
+                        world(),
+                    )
+                },
+                "MPI_Bcast",
+            )
+        })
+    }
+
+    fn all_gather_bytes(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let mut lens = vec![0u64; self.size];
+        self.all_gather_lengths(mine.len() as u64, &mut lens)?;
+        let counts: Vec<usize> = lens.iter().map(|&l| l as usize).collect();
+        // Nothing to move; and two empty buffers share one dangling address, which Open MPI
+        // takes for a send buffer aliasing the receive buffer (MPI_ERR_ARG).
+        if counts.iter().all(|&c| c == 0) {
+            return Ok(vec![Vec::new(); self.size]);
+        }
+        let (rc, rd) = counts_and_displs(&counts)?;
+        let mut all = vec![0u8; counts.iter().sum()];
+        // SAFETY: `all` holds every rank's bytes at its displacement.
+        check(
+            unsafe {
+                ffi::MPI_Allgatherv(
+                    mine.as_ptr() as *const c_void,
+                    mine.len() as c_int,
+                    ffi::RSMPI_UINT8_T,
+                    all.as_mut_ptr() as *mut c_void,
+                    rc.as_ptr(),
+                    rd.as_ptr(),
+                    ffi::RSMPI_UINT8_T,
+                    world(),
+                )
+            },
+            "MPI_Allgatherv",
+        )?;
+        Ok(rd
+            .iter()
+            .zip(&counts)
+            .map(|(&d, &c)| all[d as usize..d as usize + c].to_vec())
+            .collect())
+    }
+
+    fn max_f64(&self, x: f64) -> Result<f64> {
+        let mut out = 0f64;
+        // SAFETY: one f64 each way.
+        check(
+            unsafe {
+                ffi::MPI_Allreduce(
+                    &x as *const f64 as *const c_void,
+                    &mut out as *mut f64 as *mut c_void,
+                    1,
+                    ffi::RSMPI_DOUBLE,
+                    ffi::RSMPI_MAX,
+                    world(),
+                )
+            },
+            "MPI_Allreduce",
+        )?;
+        Ok(out)
+    }
+
+    fn abort(&self, code: i32) {
+        // SAFETY: ends the job (MPI_Abort: the launcher stops every rank).
+        unsafe {
+            ffi::MPI_Abort(world(), code);
+        }
+    }
+}
+
+impl Comm for MpiComm {
     fn all_to_all_v(
         &self,
         send: &[u8],
@@ -299,85 +381,6 @@ impl Comm for MpiComm {
             },
             "MPI_Reduce_scatter",
         )
-    }
-
-    fn broadcast(&self, buf: &mut [u8], root: usize) -> Result<()> {
-        let len = buf.len();
-        Self::chunked(len, |at, n| {
-            // SAFETY: the buffer holds n bytes from `at` on every rank.
-            check(
-                unsafe {
-                    ffi::MPI_Bcast(
-                        buf[at..].as_mut_ptr() as *mut c_void,
-                        n as c_int,
-                        ffi::RSMPI_UINT8_T,
-                        root as c_int,
-                        world(),
-                    )
-                },
-                "MPI_Bcast",
-            )
-        })
-    }
-
-    fn all_gather_bytes(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
-        let mut lens = vec![0u64; self.size];
-        self.all_gather_lengths(mine.len() as u64, &mut lens)?;
-        let counts: Vec<usize> = lens.iter().map(|&l| l as usize).collect();
-        // Nothing to move; and two empty buffers share one dangling address, which Open MPI
-        // takes for a send buffer aliasing the receive buffer (MPI_ERR_ARG).
-        if counts.iter().all(|&c| c == 0) {
-            return Ok(vec![Vec::new(); self.size]);
-        }
-        let (rc, rd) = counts_and_displs(&counts)?;
-        let mut all = vec![0u8; counts.iter().sum()];
-        // SAFETY: `all` holds every rank's bytes at its displacement.
-        check(
-            unsafe {
-                ffi::MPI_Allgatherv(
-                    mine.as_ptr() as *const c_void,
-                    mine.len() as c_int,
-                    ffi::RSMPI_UINT8_T,
-                    all.as_mut_ptr() as *mut c_void,
-                    rc.as_ptr(),
-                    rd.as_ptr(),
-                    ffi::RSMPI_UINT8_T,
-                    world(),
-                )
-            },
-            "MPI_Allgatherv",
-        )?;
-        Ok(rd
-            .iter()
-            .zip(&counts)
-            .map(|(&d, &c)| all[d as usize..d as usize + c].to_vec())
-            .collect())
-    }
-
-    fn max_f64(&self, x: f64) -> Result<f64> {
-        let mut out = 0f64;
-        // SAFETY: one f64 each way.
-        check(
-            unsafe {
-                ffi::MPI_Allreduce(
-                    &x as *const f64 as *const c_void,
-                    &mut out as *mut f64 as *mut c_void,
-                    1,
-                    ffi::RSMPI_DOUBLE,
-                    ffi::RSMPI_MAX,
-                    world(),
-                )
-            },
-            "MPI_Allreduce",
-        )?;
-        Ok(out)
-    }
-
-    fn abort(&self, code: i32) {
-        // SAFETY: ends the job.
-        unsafe {
-            ffi::MPI_Abort(world(), code);
-        }
     }
 }
 

@@ -67,7 +67,8 @@ pub struct Job {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Runtime {
-    /// auto (default: mpi when started by mpiexec/mpirun/srun, else single), single or mpi.
+    /// auto (default: mpi when started by mpiexec/mpirun or srun with an MPI plugin, tcp when
+    /// started by torchrun or srun without one, else single), single, mpi or tcp.
     #[serde(default)]
     pub process_group: ProcessGroup,
     /// auto (default: cuda when a GPU and the CUDA libraries load, else cpu), cpu or cuda.
@@ -91,13 +92,18 @@ pub struct Runtime {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ProcessGroup {
-    /// mpi when an MPI launcher started the process, single otherwise.
+    /// mpi when an MPI launcher started the process; tcp when torchrun's or Slurm's variables
+    /// give several ranks without one; single otherwise.
     #[default]
     Auto,
     /// One rank, no launcher.
     Single,
     /// MPI_COMM_WORLD.
     Mpi,
+    /// Ranks started without MPI (torchrun's RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, or
+    /// srun's SLURM_PROCID and SLURM_NTASKS) meet at rank 0 over TCP. GPU runs only: NCCL moves
+    /// the data.
+    Tcp,
 }
 
 /// The device each rank computes on.

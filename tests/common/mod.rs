@@ -15,6 +15,8 @@ pub fn root() -> PathBuf {
 pub struct Distrun {
     args: Vec<String>,
     dir: PathBuf,
+    /// Variables set (`Some`) or removed (`None`) for the run.
+    env: Vec<(String, Option<String>)>,
 }
 
 /// What a run gave.
@@ -29,6 +31,7 @@ impl Distrun {
         Distrun {
             args: Vec::new(),
             dir: root(),
+            env: Vec::new(),
         }
     }
 
@@ -43,17 +46,31 @@ impl Distrun {
         self
     }
 
+    pub fn env(mut self, key: &str, value: impl ToString) -> Self {
+        self.env.push((key.into(), Some(value.to_string())));
+        self
+    }
+
+    pub fn env_remove(mut self, key: &str) -> Self {
+        self.env.push((key.into(), None));
+        self
+    }
+
     pub fn run(self) -> Ran {
         self.run_with(Path::new(env!("CARGO_BIN_EXE_distrun")))
     }
 
     /// Runs another build of the binary.
     pub fn run_with(self, binary: &Path) -> Ran {
-        let out = Command::new(binary)
-            .args(&self.args)
-            .current_dir(&self.dir)
-            .output()
-            .expect("distrun runs");
+        let mut cmd = Command::new(binary);
+        cmd.args(&self.args).current_dir(&self.dir);
+        for (key, value) in &self.env {
+            match value {
+                Some(v) => cmd.env(key, v),
+                None => cmd.env_remove(key),
+            };
+        }
+        let out = cmd.output().expect("distrun runs");
         Ran {
             code: out.status.code().unwrap_or(-1),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),

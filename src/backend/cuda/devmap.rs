@@ -4,12 +4,14 @@
 use crate::spec::model::{DeviceMap, DeviceMapMode};
 use anyhow::{Result, bail};
 
-/// The launcher's local rank of this process, when it announced one.
+/// The launcher's local rank of this process, when it announced one (torchrun's `LOCAL_RANK`
+/// before Slurm's, for torchrun started by srun).
 pub fn local_rank_from_env() -> Option<usize> {
     [
         "OMPI_COMM_WORLD_LOCAL_RANK",
         "MPI_LOCALRANKID",
         "MV2_COMM_WORLD_LOCAL_RANK",
+        "LOCAL_RANK",
         "SLURM_LOCALID",
     ]
     .iter()

@@ -14,7 +14,7 @@ pub mod probe;
 
 use super::{Backend, Out, Puts, Rows};
 use crate::backend::work::{Addends, Phase, Run, RunGrid, View};
-use crate::runtime::comm::{Comm, Parts};
+use crate::runtime::comm::{Group, Parts};
 use crate::spec::model::DeviceMap;
 use crate::spec::step::{Epilog, ReduceOp};
 use crate::spec::tensor::DType;
@@ -296,7 +296,7 @@ impl Drop for DevBuf {
 pub struct Cuda<'a> {
     /// How long each part of starting it took (see [`Cuda::startup`]).
     startup: Vec<(&'static str, f64)>,
-    comm: &'a dyn Comm,
+    comm: &'a dyn Group,
     stream: Arc<CudaStream>,
     /// The stream of communication that overlaps computation ([`Backend::side`]).
     side_stream: Arc<CudaStream>,
@@ -370,7 +370,7 @@ fn complex_product(dtype: DType, op: ReduceOp) -> bool {
 
 /// This rank's GPU ordinal (collective): from its local rank among the ranks on its host (or
 /// the launcher's) and `map`, checked to be shared with no other rank of the host.
-fn place(comm: &dyn Comm, host: &str, map: &DeviceMap) -> Result<usize> {
+fn place(comm: &dyn Group, host: &str, map: &DeviceMap) -> Result<usize> {
     let rank = comm.rank();
     let hosts: Vec<String> = comm
         .all_gather_bytes(host.as_bytes())?
@@ -398,7 +398,7 @@ fn place(comm: &dyn Comm, host: &str, map: &DeviceMap) -> Result<usize> {
 
 /// The NCCL communicator over `comm` (collective): rank 0's unique id reaches every rank
 /// through the process group.
-fn nccl_comm(comm: &dyn Comm) -> Result<nccl_sys::ncclComm_t> {
+fn nccl_comm(comm: &dyn Group) -> Result<nccl_sys::ncclComm_t> {
     let (rank, size) = (comm.rank(), comm.size());
     let id = if rank == 0 {
         nccl::get_uniqueid().map_err(nccl_err)?
@@ -426,7 +426,7 @@ impl<'a> Cuda<'a> {
     /// the NCCL communicator over `comm`, and with `heap` starts NVSHMEM with a symmetric heap of
     /// that many bytes.
     pub fn new(
-        comm: &'a dyn Comm,
+        comm: &'a dyn Group,
         host: &str,
         map: &DeviceMap,
         heap: Option<usize>,

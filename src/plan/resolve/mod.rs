@@ -177,6 +177,15 @@ impl Resolver<'_> {
                 .help("use process_group = \"mpi\" or \"auto\" to run on several ranks"),
             );
         }
+        if rt.process_group == ProcessGroup::Tcp && rt.device == Device::Cpu {
+            self.err(
+                Diagnostic::value(
+                    here.key("process_group"),
+                    "ranks joined over tcp only coordinate: the cpu device moves data through mpi",
+                )
+                .help("use process_group = \"mpi\" (start with mpiexec), or device = \"cuda\""),
+            );
+        }
         if let (DeviceMap::List(list), Some(p)) = (&rt.device_map, self.ranks)
             && (list.len() as u64) < p
         {

@@ -15,7 +15,7 @@ pub mod sys;
 use locate::{Search, locate, uid_plugin};
 
 use crate::backend::Rows;
-use crate::runtime::comm::Comm;
+use crate::runtime::comm::Group;
 use anyhow::{Result, anyhow, bail, ensure};
 use cudarc::driver::CudaStream;
 use cudarc::driver::sys::{
@@ -259,7 +259,7 @@ pub fn init_attr() -> sys::nvshmemx_init_attr_t {
 
 /// The unique id rank 0 makes (`nvshmemx_get_uniqueid`), given to every rank of `comm`
 /// (collective) with rank 0's status, so that a failure there fails every rank.
-fn shared_uid(lib: &sys::NvshmemLib, comm: &dyn Comm) -> Result<sys::nvshmemx_uniqueid_t> {
+fn shared_uid(lib: &sys::NvshmemLib, comm: &dyn Group) -> Result<sys::nvshmemx_uniqueid_t> {
     let mut uid = empty_uid();
     let status = if comm.rank() == 0 {
         // SAFETY: the environment is set, as init reads it.
@@ -341,7 +341,7 @@ pub enum HeapSize {
 /// Dropping it finalizes NVSHMEM (collective: it waits for every rank); on an error path, where
 /// other ranks may never get there, call [`Nvshmem::abandon`] instead.
 pub struct Nvshmem<'a> {
-    comm: &'a dyn Comm,
+    comm: &'a dyn Group,
     shared: Arc<Shared>,
     heap: HeapSize,
     /// Every rank's GPU maps every other's heap (one node's NVLink or PCIe), as the puts from
@@ -449,7 +449,7 @@ impl<'a> Nvshmem<'a> {
     /// (`nvshmemx_set_attr_uniqueid_args`) and calls `nvshmemx_hostlib_init_attr` with
     /// `NVSHMEMX_INIT_WITH_UNIQUEID`, which meets the other ranks through the id's socket;
     /// finally each rank checks that NVSHMEM numbers it as the process group does.
-    pub fn init(comm: &'a dyn Comm, heap_bytes: usize) -> Result<Self> {
+    pub fn init(comm: &'a dyn Group, heap_bytes: usize) -> Result<Self> {
         let loaded = library()?;
         let lib = &loaded.lib;
         require_current_gpu()?;
