@@ -33,6 +33,15 @@ impl Forwarded {
     fn put(&self, s: &str) -> io::Result<()> {
         io::stderr().write_all(s.as_bytes())
     }
+
+    /// Moves the cursor `n` places in `direction` (A up, B down, C right, D left); terminals
+    /// read a count of 0 as 1, so none is sent.
+    fn step(&self, n: usize, direction: char) -> io::Result<()> {
+        match n {
+            0 => Ok(()),
+            n => self.put(&format!("\x1b[{n}{direction}")),
+        }
+    }
 }
 
 impl TermLike for Forwarded {
@@ -40,16 +49,16 @@ impl TermLike for Forwarded {
         100
     }
     fn move_cursor_up(&self, n: usize) -> io::Result<()> {
-        self.put(&format!("\x1b[{n}A"))
+        self.step(n, 'A')
     }
     fn move_cursor_down(&self, n: usize) -> io::Result<()> {
-        self.put(&format!("\x1b[{n}B"))
+        self.step(n, 'B')
     }
     fn move_cursor_right(&self, n: usize) -> io::Result<()> {
-        self.put(&format!("\x1b[{n}C"))
+        self.step(n, 'C')
     }
     fn move_cursor_left(&self, n: usize) -> io::Result<()> {
-        self.put(&format!("\x1b[{n}D"))
+        self.step(n, 'D')
     }
     fn write_line(&self, s: &str) -> io::Result<()> {
         self.put(&format!("{s}\n"))
