@@ -50,11 +50,13 @@ fn a_bar_on_the_launchers_terminal_and_lines_elsewhere() {
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         .output()
         .expect("script (util-linux) runs");
-    assert!(
-        ran.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ran.stdout)
-    );
+    let said = String::from_utf8_lossy(&ran.stderr);
+    if said.contains("pseudo-terminal") || said.contains("openpty") {
+        eprintln!("skipped the terminal half: no pseudo-terminal here ({said})");
+        return;
+    }
+    let out_text = String::from_utf8_lossy(&ran.stdout);
+    assert!(ran.status.success(), "{out_text}{said}");
     let shown = std::fs::read_to_string(&typed).unwrap();
     assert!(shown.contains("[1/1] all_reduce#0"), "{shown}");
     assert!(shown.contains(" 0/25"), "{shown}");
