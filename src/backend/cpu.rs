@@ -198,7 +198,10 @@ impl Backend for Cpu<'_> {
     }
 
     fn device(&self) -> String {
-        format!("cpu ({} threads)", rayon::current_num_threads())
+        match rayon::current_num_threads() {
+            1 => "cpu (1 thread)".to_string(),
+            n => format!("cpu ({n} threads)"),
+        }
     }
 
     fn device_kind(&self) -> crate::spec::model::Device {
