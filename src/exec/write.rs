@@ -367,12 +367,7 @@ fn manifest(
     let loaded = &plan.loaded;
     let text = &loaded.source.text;
     // A sweep's points each have their own spec: the file's is the one with the sweep.
-    let written = match plans.sweep {
-        Some(_) => crate::spec::load_str(&loaded.source.name, text, loaded.dir.clone())
-            .map(|l| l.spec)
-            .unwrap_or_else(|_| loaded.spec.clone()),
-        None => loaded.spec.clone(),
-    };
+    let written = plans.sweep.as_ref().map_or(&loaded.spec, |s| &s.spec);
     let as_run = written.as_run(device, |name| {
         let s = &plan.tensors.get(name)?.state;
         Some(resolved_dist(&s.dist, s.shape.len(), plan.ranks))
@@ -407,7 +402,7 @@ fn manifest(
         steps,
         tensors,
         planned_peak_bytes_per_rank: plans.each().map(|p| p.peak_bytes_per_rank).max(),
-        sweep: plans.sweep.clone(),
+        sweep: plans.sweep.as_ref().map(|s| s.table.clone()),
         points,
     }
 }

@@ -15,7 +15,7 @@ use crate::ops::Step;
 use crate::spec::diag::Diagnostic;
 use crate::spec::model::CommBackend;
 use crate::spec::sweep::Point;
-use crate::spec::{Loaded, Swept};
+use crate::spec::{Loaded, Sweep, Swept};
 use indexmap::IndexMap;
 
 /// One tensor, resolved for N ranks.
@@ -100,8 +100,8 @@ pub struct Plan {
 /// What one launch runs: a plan per sweep point (one for a spec without a sweep).
 #[derive(Debug, Clone)]
 pub struct Plans {
-    /// The `[sweep]` table as written, for a sweep.
-    pub sweep: Option<serde_json::Value>,
+    /// The sweep as its file writes it, for a sweep.
+    pub sweep: Option<Sweep>,
     /// Each point and its plan, in order.
     pub points: Vec<(Point, Plan)>,
 }
@@ -111,7 +111,7 @@ impl Plans {
     pub fn new(swept: &Swept, ranks: u64) -> Result<Plans, Vec<Diagnostic>> {
         let plans = swept.per_point(|loaded| plan(loaded, ranks))?;
         Ok(Plans {
-            sweep: swept.table.clone(),
+            sweep: swept.sweep.clone(),
             points: (swept.points.iter().map(|(p, _)| p.clone()))
                 .zip(plans)
                 .collect(),

@@ -118,7 +118,7 @@ impl Plans {
                 v
             })
             .collect();
-        json!({ "sweep": sweep, "points": points })
+        json!({ "sweep": sweep.table, "points": points })
     }
 
     /// The plan's tables, for a sweep one per point under its values.

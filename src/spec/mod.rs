@@ -109,16 +109,25 @@ pub fn load_file(path: &Path) -> Result<Loaded, InvalidSpec> {
 /// `[sweep]`.
 #[derive(Debug, Clone)]
 pub struct Swept {
-    /// The `[sweep]` table as written (None without one).
-    pub table: Option<serde_json::Value>,
+    /// The sweep as the file writes it (None without one).
+    pub sweep: Option<Sweep>,
     /// Every point with its spec, in order.
     pub points: Vec<(Point, Loaded)>,
+}
+
+/// A sweep as its file writes it.
+#[derive(Debug, Clone)]
+pub struct Sweep {
+    /// The `[sweep]` table.
+    pub table: serde_json::Value,
+    /// The file's own spec, with its `[sweep]` (what a manifest records as the spec run).
+    pub spec: Spec,
 }
 
 impl Swept {
     /// Whether the spec sweeps.
     pub fn is_sweep(&self) -> bool {
-        self.table.is_some()
+        self.sweep.is_some()
     }
 
     /// The first point's spec: what every point shares (job, runtime, output).
@@ -159,7 +168,7 @@ pub fn load_swept(path: &Path) -> Result<Swept, InvalidSpec> {
             values: Default::default(),
         };
         return Ok(Swept {
-            table: None,
+            sweep: None,
             points: vec![(point, base)],
         });
     }
@@ -197,7 +206,10 @@ pub fn load_swept(path: &Path) -> Result<Swept, InvalidSpec> {
         return Err(base.invalid(&sweep::merge(errors, points.len(), &base.spans)));
     }
     Ok(Swept {
-        table: Some(table),
+        sweep: Some(Sweep {
+            table,
+            spec: base.spec,
+        }),
         points: points.iter().cloned().zip(loaded).collect(),
     })
 }
