@@ -3,8 +3,11 @@
 
 use super::work::{Addends, Bias, Phase, Run, View};
 use super::{Backend, Out, Puts, Rows, advise_huge_pages};
+use crate::init::IndexMap;
+use crate::ops::checks::{self, Along, C, Dot, Gap, Lanes, Matrix};
 use crate::ops::fft::local as fft;
 use crate::ops::matmul::{epilog, local};
+use crate::ops::sum::Sum;
 use crate::runtime::comm::{Comm, Elem, Op, Parts};
 use crate::spec::step::{Epilog, ReduceOp};
 use crate::spec::tensor::DType;
@@ -468,6 +471,56 @@ impl Backend for Cpu<'_> {
         map: &crate::init::IndexMap,
     ) -> Result<Vec<u8>> {
         self.upload(crate::init::generate(generator, dtype, map))
+    }
+
+    fn fingerprint(
+        &self,
+        dtype: DType,
+        buf: Option<&Vec<u8>>,
+        map: &IndexMap,
+        shift: u64,
+    ) -> Result<u64> {
+        Ok(checks::fingerprint(map, dtype, buf.map(|b| &b[..]), shift))
+    }
+
+    fn reduction_error(
+        &self,
+        op: ReduceOp,
+        dtype: DType,
+        ranks: u64,
+        terms: &Vec<u8>,
+        got: &Vec<u8>,
+    ) -> Result<(bool, f64)> {
+        Ok(checks::reduction(op, dtype, ranks, terms, got))
+    }
+
+    fn gap(&self, dtype: DType, x: &Vec<u8>, y: &Vec<u8>, s: f64, lanes: &Lanes) -> Result<Gap> {
+        Ok(checks::gap(dtype, x, y, s, lanes))
+    }
+
+    fn energy(&self, dtype: DType, x: &Vec<u8>, lanes: &Lanes) -> Result<Sum> {
+        Ok(checks::energy(dtype, x, lanes))
+    }
+
+    fn dots(
+        &self,
+        dtype: DType,
+        v: &Vec<u8>,
+        m: &Matrix,
+        along: Along,
+        x: &[C],
+        w: &[f64],
+    ) -> Result<Vec<Dot>> {
+        Ok(checks::dots(dtype, v, m, along, x, w))
+    }
+
+    fn activation_matches(
+        &self,
+        epilog: Option<Epilog>,
+        out: (DType, &Vec<u8>),
+        pre: (DType, &Vec<u8>),
+    ) -> Result<bool> {
+        Ok(checks::activation(epilog, (out.0, out.1), (pre.0, pre.1)))
     }
 }
 

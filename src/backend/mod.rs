@@ -6,6 +6,8 @@ pub mod cuda;
 pub mod work;
 
 use crate::init::{Generator, IndexMap};
+use crate::ops::checks::{Along, C, Dot, Gap, Lanes, Matrix};
+use crate::ops::sum::Sum;
 use crate::runtime::comm::Parts;
 use crate::spec::model::Device;
 use crate::spec::step::{Epilog, ReduceOp};
@@ -196,6 +198,49 @@ pub trait Backend {
     fn max_over_ranks(&self, x: f64) -> Result<f64>;
     /// Every rank's host bytes, by rank (metadata: names, messages).
     fn all_gather_bytes(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>>;
+
+    // The checks' reductions, computed where the data is: only scalars come back (the host's
+    // forms, which these match, are in `crate::ops::checks`).
+
+    /// [`crate::ops::checks::fingerprint`] of this rank's piece (`map`), or of zeros laid out so (None).
+    fn fingerprint(
+        &self,
+        dtype: DType,
+        buf: Option<&Self::Buf>,
+        map: &IndexMap,
+        shift: u64,
+    ) -> Result<u64>;
+    /// [`crate::ops::checks::reduction`]: `got` against `op` over the rows of `terms`.
+    fn reduction_error(
+        &self,
+        op: ReduceOp,
+        dtype: DType,
+        ranks: u64,
+        terms: &Self::Buf,
+        got: &Self::Buf,
+    ) -> Result<(bool, f64)>;
+    /// [`crate::ops::checks::gap`] between `y` and `s x`.
+    fn gap(&self, dtype: DType, x: &Self::Buf, y: &Self::Buf, s: f64, lanes: &Lanes)
+    -> Result<Gap>;
+    /// [`crate::ops::checks::energy`] of `x`.
+    fn energy(&self, dtype: DType, x: &Self::Buf, lanes: &Lanes) -> Result<Sum>;
+    /// [`crate::ops::checks::dots`] of the piece `v` with `x` and `w`.
+    fn dots(
+        &self,
+        dtype: DType,
+        v: &Self::Buf,
+        m: &Matrix,
+        along: Along,
+        x: &[C],
+        w: &[f64],
+    ) -> Result<Vec<Dot>>;
+    /// [`crate::ops::checks::activation`]: whether `out` is the activation of `pre` (same layout).
+    fn activation_matches(
+        &self,
+        epilog: Option<Epilog>,
+        out: (DType, &Self::Buf),
+        pre: (DType, &Self::Buf),
+    ) -> Result<bool>;
 }
 
 /// Writes into other ranks' memory, where a backend can: buffers on a symmetric heap, puts into

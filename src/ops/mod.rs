@@ -3,6 +3,7 @@
 //! once over the backend: exchange plans and movements, the collectives' machinery, the checks'
 //! sums.
 
+pub mod checks;
 pub mod collective;
 pub mod exchange;
 pub mod movement;

@@ -31,6 +31,19 @@ impl Sum {
         self
     }
 
+    /// A sum kept elsewhere as its two parts (a GPU's compensated sum).
+    pub fn from_parts(hi: f64, lo: f64) -> Sum {
+        Sum { hi, lo }
+    }
+
+    /// The sum times `k` (each part scaled: exact for a power of two or a sign).
+    pub fn scaled(self, k: f64) -> Sum {
+        Sum {
+            hi: self.hi * k,
+            lo: self.lo * k,
+        }
+    }
+
     /// The sum.
     pub fn value(self) -> f64 {
         self.hi + self.lo

@@ -18,10 +18,9 @@ use cudarc::cublas::sys::{
 use cudarc::cublas::{CudaBlas, result as cublas};
 use cudarc::driver::{DevicePtr, DevicePtrMut, PushKernelArg};
 
-/// The epilog kernel and a conjugating copy. Element types by code: 0 f16, 1 bf16, 2 f32,
-/// 3 f64, 4 c64, 5 c128. Arithmetic is in f64 like the CPU backend's; f16 and bf16 are rounded
-/// from f32 (the accumulator's type).
-pub const KERNELS: &str = r#"
+/// Loads and stores of one float element of any float dtype as a double2 (the init kernel's
+/// dtype numbers), for the epilog kernels and the check kernels.
+pub const ELEMENTS: &str = r#"
 __device__ double2 load_el(const void* p, unsigned long long i, int t) {
     switch (t) {
     case 0: { unsigned short h = ((const unsigned short*)p)[i]; float f;
@@ -48,6 +47,18 @@ __device__ void store_el(void* p, unsigned long long i, int t, double2 v) {
     }
 }
 
+/* An epilog's activation by `activation_code`: 1 relu, 2 GELU's tanh form, else none. */
+__device__ double activate(int act, double x) {
+    if (act == 1) return x > 0.0 ? x : 0.0;
+    if (act == 2) return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+    return x;
+}
+"#;
+
+/// The epilog kernel and a conjugating copy. Element types by code: 0 f16, 1 bf16, 2 f32,
+/// 3 f64, 4 c64, 5 c128. Arithmetic is in f64 like the CPU backend's; f16 and bf16 are rounded
+/// from f32 (the accumulator's type).
+pub const KERNELS: &str = r#"
 extern "C" __global__ void finish(const void* acc, int ct, void* out, int ot, void* pre,
                                   const void* c, double beta, const void* bias,
                                   const unsigned long long* index, int per_column,
@@ -61,11 +72,7 @@ extern "C" __global__ void finish(const void* acc, int ct, void* out, int ot, vo
             v.x += x.x; v.y += x.y;
         }
         if (pre) store_el(pre, i, ct, v);
-        if (act == 1) v.x = v.x > 0.0 ? v.x : 0.0;
-        if (act == 2) {
-            double x = v.x;
-            v.x = 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
-        }
+        v.x = activate(act, v.x);
         store_el(out, i, ot, v);
     }
 }
@@ -87,6 +94,15 @@ pub fn code(dtype: DType) -> Result<i32> {
             Ok(super::fill::dtype_code(dtype) as i32)
         }
         other => Err(anyhow!("no GPU matmul kernel handles {other}")),
+    }
+}
+
+/// The kernels' number for an epilog's activation (`activate` in [`ELEMENTS`]).
+pub fn activation_code(epilog: Option<Epilog>) -> i32 {
+    match epilog {
+        Some(Epilog::Relu | Epilog::ReluBias) => 1,
+        Some(Epilog::Gelu | Epilog::GeluBias) => 2,
+        _ => 0,
     }
 }
 
@@ -334,11 +350,7 @@ impl Cuda<'_> {
             }
             None => 0,
         };
-        let act: i32 = match epilog {
-            Some(Epilog::Relu | Epilog::ReluBias) => 1,
-            Some(Epilog::Gelu | Epilog::GeluBias) => 2,
-            _ => 0,
-        };
+        let act = activation_code(epilog);
         let (src, dst, cols) = (
             ptr(acc),
             out.data.device_ptr_mut(&self.stream).0,

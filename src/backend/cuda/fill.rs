@@ -28,9 +28,9 @@ use cudarc::driver::{
 use cudarc::nvrtc::CompileOptions;
 use std::sync::{Arc, Mutex};
 
-/// The fill kernel. `table` is [`table`]'s; `kind` and `dtype` are [`kind_params`]' and
-/// [`dtype_code`]'s numbers.
-const KERNEL: &str = r#"
+/// What the fill kernel shares with the check kernels: the dtype numbers, splitmix, the global
+/// index of a local offset from [`table`]'s table, and the one-step roundings of `init::encode`.
+pub(super) const COMMON: &str = r#"
 typedef unsigned long long u64;
 typedef long long i64;
 
@@ -48,6 +48,69 @@ __device__ u64 splitmix(u64 x) {
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
     return z ^ (z >> 31);
 }
+
+/* The C-order global index of local offset k of a piece whose table `table` packs (see
+   `table`): nd extents, nd term offsets, then the terms. */
+__device__ u64 global_index(const u64* table, unsigned int nd, u64 k) {
+    u64 i = 0;
+    for (unsigned int ax = 0; ax < nd; ax++) {
+        u64 ext = table[ax];
+        u64 j = k % ext;
+        k /= ext;
+        u64 at = table[nd + ax];
+        if (at & RANGE) {
+            at &= ~RANGE;
+            i += table[at] + j * table[at + 1];
+        } else {
+            i += table[at + j];
+        }
+    }
+    return i;
+}
+
+/* Round to nearest even into eb exponent and mb mantissa bits (f16: 5, 10; bf16: 8, 7), in one
+   step from f64: init::scalar::round_f64. */
+__device__ unsigned short round_half(double x, int eb, int mb) {
+    u64 bits = (u64)__double_as_longlong(x);
+    unsigned short sign = (unsigned short)((bits >> 63) << 15);
+    u64 inf = ((1ULL << eb) - 1) << mb;
+    if (x != x) return sign | (unsigned short)(inf | (1ULL << (mb - 1)));
+    i64 e64 = (i64)((bits >> 52) & 0x7ff);
+    if (e64 == 0x7ff) return sign | (unsigned short)inf;
+    if (e64 == 0) return sign;
+    i64 bias = (1LL << (eb - 1)) - 1;
+    i64 emin = 1 - bias;
+    i64 e = e64 - 1023;
+    if (e > bias) return sign | (unsigned short)inf;
+    u64 m = (bits & ((1ULL << 52) - 1)) | (1ULL << 52);
+    i64 eq = e > emin ? e : emin;
+    i64 shift = 52 - mb + (eq - e);
+    if (shift > 54) return sign;
+    u64 q = m >> shift;
+    u64 rem = m & ((1ULL << shift) - 1);
+    u64 half = 1ULL << (shift - 1);
+    if (rem > half || (rem == half && (q & 1))) q += 1;
+    u64 out = ((u64)(eq - emin) << mb) + q;
+    if (out > inf) out = inf;
+    return sign | (unsigned short)out;
+}
+
+/* f64 -> f32 bits, to nearest even; a NaN keeps its sign and top payload bits, quieted (as the
+   host's conversion does) rather than becoming the GPU's canonical NaN. */
+__device__ unsigned int f32_bits(double x) {
+    if (x != x) {
+        u64 b = (u64)__double_as_longlong(x);
+        return (unsigned int)((b >> 63) << 31) | 0x7FC00000u
+             | (unsigned int)((b >> 29) & 0x3FFFFFu);
+    }
+    return __float_as_uint(__double2float_rn(x));
+}
+
+"#;
+
+/// The fill kernel (after [`COMMON`]). `table` is [`table`]'s; `kind` and `dtype` are
+/// [`kind_params`]' and [`dtype_code`]'s numbers.
+const KERNEL: &str = r#"
 
 /* (bits >> 11) * 2^-53: exact. */
 __device__ double unit(u64 key, u64 c) {
@@ -173,44 +236,6 @@ __device__ double normal(u64 key, u64 c, double mean, double sd) {
     return ADD(mean, MUL(sd, MUL(r, t)));
 }
 
-/* Round to nearest even into eb exponent and mb mantissa bits (f16: 5, 10; bf16: 8, 7), in one
-   step from f64: init::scalar::round_f64. */
-__device__ unsigned short round_half(double x, int eb, int mb) {
-    u64 bits = (u64)__double_as_longlong(x);
-    unsigned short sign = (unsigned short)((bits >> 63) << 15);
-    u64 inf = ((1ULL << eb) - 1) << mb;
-    if (x != x) return sign | (unsigned short)(inf | (1ULL << (mb - 1)));
-    i64 e64 = (i64)((bits >> 52) & 0x7ff);
-    if (e64 == 0x7ff) return sign | (unsigned short)inf;
-    if (e64 == 0) return sign;
-    i64 bias = (1LL << (eb - 1)) - 1;
-    i64 emin = 1 - bias;
-    i64 e = e64 - 1023;
-    if (e > bias) return sign | (unsigned short)inf;
-    u64 m = (bits & ((1ULL << 52) - 1)) | (1ULL << 52);
-    i64 eq = e > emin ? e : emin;
-    i64 shift = 52 - mb + (eq - e);
-    if (shift > 54) return sign;
-    u64 q = m >> shift;
-    u64 rem = m & ((1ULL << shift) - 1);
-    u64 half = 1ULL << (shift - 1);
-    if (rem > half || (rem == half && (q & 1))) q += 1;
-    u64 out = ((u64)(eq - emin) << mb) + q;
-    if (out > inf) out = inf;
-    return sign | (unsigned short)out;
-}
-
-/* f64 -> f32 bits, to nearest even; a NaN keeps its sign and top payload bits, quieted (as the
-   host's conversion does) rather than becoming the GPU's canonical NaN. */
-__device__ unsigned int f32_bits(double x) {
-    if (x != x) {
-        u64 b = (u64)__double_as_longlong(x);
-        return (unsigned int)((b >> 63) << 31) | 0x7FC00000u
-             | (unsigned int)((b >> 29) & 0x3FFFFFu);
-    }
-    return __float_as_uint(__double2float_rn(x));
-}
-
 /* Truncate toward zero, saturating at [-lim, lim - 1], NaN to 0 (Rust's `as`). */
 __device__ i64 to_signed(double x, double lim, i64 lo, i64 hi) {
     if (x != x) return 0;
@@ -234,19 +259,7 @@ extern "C" __global__ void fill(unsigned char* out, u64 n, const u64* table, uns
          k += (u64)gridDim.x * blockDim.x) {
         double re = a, im = 0.0;
         if (kind != CONSTANT) {
-            u64 i = 0, r = k;
-            for (unsigned int ax = 0; ax < nd; ax++) {
-                u64 ext = table[ax];
-                u64 j = r % ext;
-                r /= ext;
-                u64 at = table[nd + ax];
-                if (at & RANGE) {
-                    at &= ~RANGE;
-                    i += table[at] + j * table[at + 1];
-                } else {
-                    i += table[at + j];
-                }
-            }
+            u64 i = global_index(table, nd, k);
             if (kind == ARANGE) {
                 re = __dadd_rn(a, __dmul_rn(b, __ull2double_rn(i)));
             } else if (kind == UNIFORM) {
@@ -339,7 +352,7 @@ fn kind_params(kind: GenKind) -> (u32, f64, f64) {
 /// An axis of consecutive coordinates stores two words instead, the first term and the stride,
 /// its offset marked with the top bit ([`RANGE`]): a slab of any length costs no table.
 /// Never empty (a 0-d piece gets one unused word: CUDA allocates no empty buffers).
-fn table(map: &IndexMap) -> Vec<u64> {
+pub(super) fn table(map: &IndexMap) -> Vec<u64> {
     let order = map.order();
     let nd = order.len();
     let words = |c: &Coords| match c {
@@ -394,7 +407,7 @@ fn kernel(stream: &Arc<CudaStream>) -> Result<CudaFunction> {
         arch: Some(super::arch(ctx)?),
         ..Default::default()
     };
-    let ptx = cudarc::nvrtc::compile_ptx_with_opts(KERNEL, opts)
+    let ptx = cudarc::nvrtc::compile_ptx_with_opts([COMMON, KERNEL].concat(), opts)
         .map_err(|e| anyhow!("NVRTC (init fill kernel): {e:?}"))?;
     let function = ctx.load_module(ptx)?.load_function("fill")?;
     *loaded = Some((ctx.clone(), function.clone()));
@@ -557,11 +570,11 @@ mod tests {
         let codes: Vec<u32> = DType::ALL.iter().map(|&d| dtype_code(d)).collect();
         assert_eq!(codes, (0..12).collect::<Vec<_>>());
         // The kernel's enum, in the same order as DType::ALL's names.
-        assert!(KERNEL.contains(
+        assert!(COMMON.contains(
             "F16 = 0, BF16 = 1, F32 = 2, F64 = 3, C64 = 4, C128 = 5,\n       \
              I8 = 6, U8 = 7, I32 = 8, U32 = 9, I64 = 10, U64 = 11"
         ));
-        assert!(KERNEL.contains("CONSTANT = 0, ARANGE = 1, UNIFORM = 2, NORMAL = 3"));
+        assert!(COMMON.contains("CONSTANT = 0, ARANGE = 1, UNIFORM = 2, NORMAL = 3"));
         let g = |init: &Init| {
             let parts = init::Generator::new(init, 7, "t", DType::F64)
                 .unwrap()

@@ -5,6 +5,7 @@
 //! CUDA (cuBLAS and cuFFT are loaded only by a run that needs them).
 
 mod blas;
+mod check;
 pub mod devmap;
 mod fft;
 mod fill;
@@ -14,6 +15,8 @@ pub mod probe;
 
 use super::{Backend, Out, Puts, Rows};
 use crate::backend::work::{Addends, Phase, Run, RunGrid, View};
+use crate::ops::checks::{Along, C, Dot, Gap, Lanes, Matrix};
+use crate::ops::sum::Sum;
 use crate::runtime::comm::{Group, Parts};
 use crate::spec::model::DeviceMap;
 use crate::spec::step::{Epilog, ReduceOp};
@@ -234,7 +237,7 @@ impl Kernels {
     /// Compiles the backend's kernels (this module's, blas.rs's and fft.rs's) for `ctx`'s GPU
     /// and loads them.
     fn compile(ctx: &Arc<CudaContext>) -> Result<Self> {
-        let source = [KERNELS, blas::KERNELS, fft::KERNELS].concat();
+        let source = [KERNELS, blas::ELEMENTS, blas::KERNELS, fft::KERNELS].concat();
         let opts = cudarc::nvrtc::CompileOptions {
             arch: Some(arch(ctx)?),
             ..Default::default()
@@ -314,6 +317,8 @@ pub struct Cuda<'a> {
     tables: RefCell<std::collections::HashMap<(u64, usize), CudaSlice<u64>>>,
     /// cuFFT plans by phase and precision, made on first use.
     ffts: RefCell<Vec<fft::CachedPlans>>,
+    /// The check kernels, compiled on the first check.
+    checks: OnceCell<check::CheckKernels>,
     name: String,
 }
 
@@ -476,6 +481,7 @@ impl<'a> Cuda<'a> {
             nvshmem,
             tables: RefCell::default(),
             ffts: RefCell::new(Vec::new()),
+            checks: OnceCell::new(),
             name: format!("cuda:{ordinal} ({name}; {})", versions(nvshmem_version)),
             startup: clock.laps,
         })
@@ -1222,5 +1228,55 @@ impl Backend for Cuda<'_> {
     ) -> Result<Self::Buf> {
         let (data, len) = fill::generate(&self.stream, generator, dtype, map)?;
         Ok(DevBuf::owned(data, len))
+    }
+
+    fn fingerprint(
+        &self,
+        dtype: DType,
+        buf: Option<&DevBuf>,
+        map: &crate::init::IndexMap,
+        shift: u64,
+    ) -> Result<u64> {
+        self.check_fingerprint(dtype, buf, map, shift)
+    }
+
+    fn reduction_error(
+        &self,
+        op: ReduceOp,
+        dtype: DType,
+        ranks: u64,
+        terms: &DevBuf,
+        got: &DevBuf,
+    ) -> Result<(bool, f64)> {
+        self.check_reduction(op, dtype, ranks, terms, got)
+    }
+
+    fn gap(&self, dtype: DType, x: &DevBuf, y: &DevBuf, s: f64, lanes: &Lanes) -> Result<Gap> {
+        self.check_gap(dtype, x, y, s, lanes)
+    }
+
+    fn energy(&self, dtype: DType, x: &DevBuf, lanes: &Lanes) -> Result<Sum> {
+        self.check_energy(dtype, x, lanes)
+    }
+
+    fn dots(
+        &self,
+        dtype: DType,
+        v: &DevBuf,
+        m: &Matrix,
+        along: Along,
+        x: &[C],
+        w: &[f64],
+    ) -> Result<Vec<Dot>> {
+        self.check_dots(dtype, v, m, along, x, w)
+    }
+
+    fn activation_matches(
+        &self,
+        epilog: Option<Epilog>,
+        out: (DType, &DevBuf),
+        pre: (DType, &DevBuf),
+    ) -> Result<bool> {
+        self.check_activation(epilog, out, pre)
     }
 }

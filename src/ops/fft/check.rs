@@ -4,8 +4,9 @@
 use super::{PreparedFft, scale};
 use crate::backend::Backend;
 use crate::dist::TensorState;
-use crate::init::{self, IndexMap};
+use crate::init;
 use crate::ops::Comparison;
+use crate::ops::checks::{Gap, Lanes};
 use crate::ops::exchange::Custom;
 use crate::ops::movement::{Movement, Staged};
 use crate::ops::sum::{self, Sum};
@@ -13,34 +14,35 @@ use super::{Fft, FftDirection, FftKind, FftNorm};
 use crate::spec::tensor::Layout;
 use anyhow::Result;
 
-fn values<B: Backend>(b: &B, state: &TensorState, buf: &B::Buf) -> Result<Vec<(f64, f64)>> {
-    let size = state.dtype.size() as usize;
-    Ok(b.download(buf)?
-        .chunks_exact(size)
-        .map(|c| init::decode(state.dtype, c).to_complex())
-        .collect())
-}
-
-/// The global index along the last axis of every element of this rank's piece.
-fn last_axis_index(state: &TensorState, ranks: u64, rank: u64) -> Vec<u64> {
+/// Weights along the last axis of this rank's piece, each from its global index there (a
+/// rank that holds nothing: weight 1, over no elements).
+fn last_axis_lanes(
+    state: &TensorState,
+    ranks: u64,
+    rank: u64,
+    weight: impl Fn(u64) -> f64,
+) -> Lanes {
     let placement = crate::dist::Placement::new(&state.dist, &state.shape, ranks);
     let Some(iv) = placement.intervals(rank) else {
-        return Vec::new();
+        return Lanes::uniform();
     };
     let last = state.shape.len() - 1;
     let columns: Vec<u64> = iv[last].iter().flat_map(|&(lo, hi)| lo..hi).collect();
-    let local: Vec<usize> = iv
+    if columns.is_empty() {
+        return Lanes::uniform();
+    }
+    let local: Vec<u64> = iv
         .iter()
-        .map(|axis| axis.iter().map(|(lo, hi)| (hi - lo) as usize).sum())
+        .map(|axis| axis.iter().map(|(lo, hi)| hi - lo).sum())
         .collect();
     let stride = match state.layout {
-        crate::spec::tensor::Layout::C => 1,
-        crate::spec::tensor::Layout::F => local[..last].iter().product(),
+        Layout::C => 1,
+        Layout::F => local[..last].iter().product(),
     };
-    let total: usize = local.iter().product();
-    (0..total)
-        .map(|i| columns[(i / stride) % local[last]])
-        .collect()
+    Lanes {
+        stride: stride.max(1),
+        weights: columns.into_iter().map(weight).collect(),
+    }
 }
 
 /// Whether bin `k` of a half spectrum of a real length-`n` axis stands for two bins (k and n-k).
@@ -48,32 +50,26 @@ fn mirrored(k: u64, n: u64) -> bool {
     k != 0 && !(n.is_multiple_of(2) && k == n / 2)
 }
 
-/// A c2r input's planes of the first and (for an even real length) last bin along the last
-/// axis, whole on every rank, and where this rank's elements lie in the global tensor.
-struct Planes {
-    /// Global shape of the half spectrum.
-    shape: Vec<u64>,
-    /// The planes' bins along the last axis (0, and m - 1 for an even real length).
-    bins: Vec<u64>,
-    /// The planes, C order over `[shape[..last], bins]`.
-    values: Vec<(f64, f64)>,
-    /// The global multi-index of every local element.
-    globals: Vec<Vec<u64>>,
-}
-
-/// Gathers the planes of a c2r's input (`real_last`: the real length of its result's last axis).
-fn hermitian_planes<B: Backend>(
-    b: &B,
-    (state, buf): (&TensorState, &B::Buf),
-    real_last: u64,
-) -> Result<Planes> {
-    let (ranks, rank) = (b.ranks() as u64, b.rank() as u64);
-    let nd = state.shape.len();
-    let m = state.shape[nd - 1];
+/// The bins along the last axis of a c2r's input (`m` of them, for a real length `real_last`)
+/// whose planes its round trip gives back as their Hermitian part: 0, and m - 1 for an even
+/// real length.
+fn plane_bins(m: u64, real_last: u64) -> Vec<u64> {
     let mut bins = vec![0];
     if real_last.is_multiple_of(2) && m > 1 {
         bins.push(m - 1);
     }
+    bins
+}
+
+/// The planes of `bins` along the last axis of a tensor in `state` (`buf`, this rank's piece),
+/// whole on every rank, C order over `[shape[..last], bins]`.
+fn planes<B: Backend>(
+    b: &B,
+    (state, buf): (&TensorState, &B::Buf),
+    bins: &[u64],
+) -> Result<Vec<(f64, f64)>> {
+    let (ranks, rank) = (b.ranks() as u64, b.rank() as u64);
+    let nd = state.shape.len();
     let whole: Vec<Vec<(u64, u64)>> = state.shape[..nd - 1]
         .iter()
         .map(|&n| vec![(0, n)])
@@ -88,71 +84,35 @@ fn hermitian_planes<B: Backend>(
     let movement = Movement::to(state, &target, ranks, rank);
     let size = state.dtype.size() as usize;
     let mut staged = Staged::new(b, movement, count as usize * size)?;
-    let values = b
-        .download(staged.run(b, buf)?)?
+    Ok(b.download(staged.run(b, buf)?)?
         .chunks_exact(size)
         .map(|c| init::decode(state.dtype, c).to_complex())
-        .collect();
-    let globals = match IndexMap::new(state, ranks, rank) {
-        None => Vec::new(),
-        Some(map) => {
-            let mut idx = vec![0; nd];
-            (0..map.len())
-                .map(|_| {
-                    let g: Vec<u64> = idx
-                        .iter()
-                        .enumerate()
-                        .map(|(a, &j)| map.coords[a].at(j))
-                        .collect();
-                    map.advance(&mut idx);
-                    g
-                })
-                .collect()
+        .collect())
+}
+
+/// The round trip's gap on a c2r input's planes of `bins`: the round trip `y` gives back
+/// `round` times the Hermitian part `(X[k] + conj(X[-k])) / 2` of the input `x` there, every
+/// axis but the last negated (numpy's irfftn reads those planes so). Both whole, C order over
+/// `[shape, bins]` (`shape`: the axes before the last).
+fn planes_gap(shape: &[u64], bins: usize, x: &[(f64, f64)], y: &[(f64, f64)], round: f64) -> Gap {
+    let mut gap = Gap::default();
+    for (at, (&v, &got)) in x.iter().zip(y).enumerate() {
+        let (plane, p) = (at / bins, at % bins);
+        // The conjugate partner: every other axis's index negated.
+        let (mut rest, mut partner, mut stride) = (plane as u64, 0u64, 1u64);
+        for a in (0..shape.len()).rev() {
+            let g = rest % shape[a];
+            rest /= shape[a];
+            partner += (shape[a] - g) % shape[a] * stride;
+            stride *= shape[a];
         }
-    };
-    Ok(Planes {
-        shape: state.shape.clone(),
-        bins,
-        values,
-        globals,
-    })
-}
-
-impl Planes {
-    /// This rank's elements `x` with the planes' bins replaced by their Hermitian part.
-    fn project(&self, x: &[(f64, f64)]) -> Vec<(f64, f64)> {
-        let nd = self.shape.len();
-        x.iter()
-            .zip(&self.globals)
-            .map(|(&v, g)| {
-                let Some(p) = self.bins.iter().position(|&k| k == g[nd - 1]) else {
-                    return v;
-                };
-                // The conjugate partner: every other axis's index negated.
-                let at = (0..nd - 1).fold(0, |acc, a| {
-                    acc * self.shape[a] + (self.shape[a] - g[a]) % self.shape[a]
-                }) as usize
-                    * self.bins.len()
-                    + p;
-                let w = self.values[at];
-                ((v.0 + w.0) / 2.0, (v.1 - w.1) / 2.0)
-            })
-            .collect()
+        let w = x[partner as usize * bins + p];
+        let want = (round * (v.0 + w.0) / 2.0, round * (v.1 - w.1) / 2.0);
+        let d = (got.0 - want.0).hypot(got.1 - want.1);
+        gap.diff = gap.diff.max(if d.is_nan() { f64::INFINITY } else { d });
+        gap.size = gap.size.max(want.0.hypot(want.1));
     }
-}
-
-/// Σ|x|² of a piece, counting a half spectrum's mirrored bins twice (`half`: the real length of
-/// the last axis whose half spectrum this is), compensated.
-fn energy(state: &TensorState, v: &[(f64, f64)], ranks: u64, rank: u64, half: Option<u64>) -> Sum {
-    let power = |(re, im): &(f64, f64)| re * re + im * im;
-    match half {
-        None => v.iter().map(power).sum(),
-        Some(n) => v
-            .iter()
-            .zip(last_axis_index(state, ranks, rank))
-            .map(|(x, k)| power(x) * if mirrored(k, n) { 2.0 } else { 1.0 })
-            .sum(),
-    }
+    gap
 }
 
 /// The inverse of an FFT step, from its result's state back to its input's (what the check
@@ -176,7 +136,9 @@ pub fn inverse(step: &Fft) -> Fft {
     }
 }
 
-/// Checks an FFT step's result `out` against its `input`.
+/// Checks an FFT step's result `out` against its `input`, where the data is: the round trip and
+/// the energies reduce on the device (only a c2r's planes of the first and last bins come back,
+/// whole, to compare with their Hermitian part).
 pub fn check<B: Backend>(
     b: &B,
     step: &Fft,
@@ -196,44 +158,50 @@ pub fn check<B: Backend>(
     let n: f64 = real_shape.iter().map(|&x| x as f64).product();
     // With norm = none the round trip multiplies by n.
     let round = if step.norm == FftNorm::None { n } else { 1.0 };
-    let (x, y) = (values(b, in_state, input.1)?, values(b, in_state, &back)?);
     // The round trip gives back the input, except where a c2r's input is no real signal's
-    // spectrum: then it gives back the spectrum of the signal the c2r made, which on the planes
-    // of the first and (for an even length) last bin along the last axis is the Hermitian part
-    // of the input, (X[k] + conj(X[-k])) / 2 (numpy's irfftn reads those planes so).
-    let want: std::borrow::Cow<'_, [(f64, f64)]> = match step.kind {
+    // spectrum: then it gives back the spectrum of the signal the c2r made, which differs on the
+    // planes of the first and (for an even length) last bin along the last axis; those are
+    // compared apart, whole.
+    let gap = match step.kind {
         FftKind::C2r => {
-            let last = out_state.shape[out_state.shape.len() - 1];
-            hermitian_planes(b, input, last)?.project(&x).into()
+            let last = in_state.shape.len() - 1;
+            let bins = plane_bins(in_state.shape[last], real_shape[last]);
+            let lanes = last_axis_lanes(in_state, ranks, rank, |k| {
+                if bins.contains(&k) { 0.0 } else { 1.0 }
+            });
+            let rest = b.gap(in_state.dtype, input.1, &back, round, &lanes)?;
+            let x = planes(b, input, &bins)?;
+            let y = planes(b, (in_state, &back), &bins)?;
+            let p = planes_gap(&in_state.shape[..last], bins.len(), &x, &y, round);
+            Gap {
+                diff: rest.diff.max(p.diff),
+                size: rest.size.max(p.size),
+            }
         }
-        _ => (&x[..]).into(),
+        _ => b.gap(in_state.dtype, input.1, &back, round, &Lanes::uniform())?,
     };
-    let mut diff = 0.0f64;
-    let mut size = 0.0f64;
-    for (a, c) in want.iter().zip(&y) {
-        diff = diff.max((c.0 - round * a.0).hypot(c.1 - round * a.1));
-        size = size.max((round * a.0).hypot(round * a.1));
-    }
-    let diff = b.max_over_ranks(diff)?;
-    let size = b.max_over_ranks(size)?.max(f64::MIN_POSITIVE);
+    let diff = b.max_over_ranks(gap.diff)?;
+    let size = b.max_over_ranks(gap.size)?.max(f64::MIN_POSITIVE);
     let round_trip = diff / size;
-    // Parseval: Σ|out|² = s² n Σ|in|², a half spectrum weighted (not for c2r, whose input need not
-    // be a real signal's spectrum).
-    let half_out = (step.kind == FftKind::R2c).then(|| real_shape[real_shape.len() - 1]);
+    // Parseval: Σ|out|² = s² n Σ|in|², a half spectrum's mirrored bins counted twice (not for
+    // c2r, whose input need not be a real signal's spectrum).
+    let out_lanes = match step.kind {
+        FftKind::R2c => {
+            let m = real_shape[real_shape.len() - 1];
+            last_axis_lanes(out_state, ranks, rank, |k| {
+                if mirrored(k, m) { 2.0 } else { 1.0 }
+            })
+        }
+        _ => Lanes::uniform(),
+    };
     // A replicated piece counts once: 0 where another rank's copy counts (and nothing read).
     let counted = |s: &TensorState| crate::dist::counted_on(&s.dist, rank);
     let e_in = match counted(in_state) {
-        true => energy(in_state, &x, ranks, rank, None),
+        true => b.energy(in_state.dtype, input.1, &Lanes::uniform())?,
         false => Sum::default(),
     };
     let e_out = match counted(out_state) {
-        true => energy(
-            out_state,
-            &values(b, out_state, out.1)?,
-            ranks,
-            rank,
-            half_out,
-        ),
+        true => b.energy(out_state.dtype, out.1, &out_lanes)?,
         false => Sum::default(),
     };
     let sums = sum::over_ranks(b, &[e_in, e_out])?;
@@ -249,4 +217,31 @@ pub fn check<B: Backend>(
         passed: round_trip <= tol && parseval <= tol,
         max_error: round_trip.max(parseval),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_planes_are_compared_with_their_hermitian_part() {
+        // Planes of shape [2, 3] and one bin: X[i, j]'s partner is X[-i, -j].
+        let x: Vec<(f64, f64)> = (0..6).map(|i| (i as f64, 10.0 + i as f64)).collect();
+        let partner = |i: usize| {
+            let (r, c) = (i / 3, i % 3);
+            ((2 - r) % 2) * 3 + (3 - c) % 3
+        };
+        let want: Vec<(f64, f64)> = (0..6)
+            .map(|i| {
+                let (v, w) = (x[i], x[partner(i)]);
+                (3.0 * (v.0 + w.0) / 2.0, 3.0 * (v.1 - w.1) / 2.0)
+            })
+            .collect();
+        let exact = planes_gap(&[2, 3], 1, &x, &want, 3.0);
+        assert_eq!(exact.diff, 0.0);
+        assert!(exact.size > 0.0);
+        let mut off = want.clone();
+        off[4].1 += 0.5;
+        assert_eq!(planes_gap(&[2, 3], 1, &x, &off, 3.0).diff, 0.5);
+    }
 }

@@ -2,80 +2,84 @@
 //! `alpha op(a) (op(b) x) + beta c x + bias sum(x)`, computed in O(n^2) from the pieces each rank
 //! holds and summed over the ranks. The tolerance follows from the dtype and k. For a nonlinear
 //! epilog the check runs on the pre-activation values and then compares the result with their
-//! activation element by element.
+//! activation element by element. Every sum over a piece runs where the piece is
+//! ([`Backend::dots`], [`Backend::activation_matches`]): only vectors of a row or column per
+//! element come back.
 
-use super::epilog::activate;
 use super::local::compute_dtype;
 use crate::backend::{Backend, sum_over_ranks};
 use crate::dist::Placement;
 use crate::dist::TensorState;
 use crate::init::{self, Scalar};
 use crate::ops::Comparison;
+use crate::ops::checks::{Along, C, Dot, Matrix};
 use crate::ops::movement::regather;
 use crate::ops::sum::Sum;
 use crate::ops::matmul::Matmul;
 use crate::spec::step::BiasPer;
-use crate::spec::tensor::{DType, Layout, Uniform};
+use crate::spec::tensor::{DType, Uniform};
 use anyhow::Result;
-
-type C = (f64, f64);
-
-fn mul(a: C, b: C) -> C {
-    (a.0 * b.0 - a.1 * b.1, a.0 * b.1 + a.1 * b.0)
-}
 
 fn abs(a: C) -> f64 {
     a.0.hypot(a.1)
 }
 
-/// Calls `f(row, col, value)` for every element of this rank's piece that it counts (a
-/// replicated tensor counts on rank 0 only).
-fn each<B: Backend>(
+/// This rank's dots of its piece of a 1-D or 2-D tensor (a 1-D one is a column) with a
+/// vector, summed over axis `over` (0 the rows, 1 the columns), computed where the piece is: for
+/// each global index along the other axis, `Σ v x(g)` and `Σ |v| w(g)`, with `g` the global
+/// index along the summed axis and `v` conjugated where `conj` says. A replicated tensor counts
+/// on rank 0 only.
+fn piece_dots<B: Backend>(
     b: &B,
-    state: &TensorState,
-    buf: &B::Buf,
-    mut f: impl FnMut(u64, u64, C),
-) -> Result<()> {
+    (state, buf): (&TensorState, &B::Buf),
+    over: usize,
+    conj: bool,
+    x: impl Fn(u64) -> C,
+    w: impl Fn(u64) -> f64,
+) -> Result<Vec<(u64, Dot)>> {
     let rank = b.rank() as u64;
-    let counts = crate::dist::counted_on(&state.dist, rank);
     let Some(iv) = Placement::new(&state.dist, &state.shape, b.ranks() as u64).intervals(rank)
     else {
-        return Ok(());
+        return Ok(Vec::new());
     };
-    if !counts {
-        return Ok(());
+    if !crate::dist::counted_on(&state.dist, rank) {
+        return Ok(Vec::new());
     }
-    let globals: Vec<Vec<u64>> = iv
+    let mut globals: Vec<Vec<u64>> = iv
         .iter()
         .map(|axis| axis.iter().flat_map(|&(lo, hi)| lo..hi).collect())
         .collect();
-    let (rows, cols) = (globals[0].len(), globals.get(1).map_or(1, Vec::len));
-    let data = b.download(buf)?;
-    let size = state.dtype.size() as usize;
-    for r in 0..rows {
-        for c in 0..cols {
-            let at = match state.layout {
-                Layout::C => r * cols + c,
-                Layout::F => c * rows + r,
-            };
-            let v = init::decode(state.dtype, &data[at * size..(at + 1) * size]).to_complex();
-            let col = globals.get(1).map_or(0, |g| g[c]);
-            f(globals[0][r], col, v);
-        }
+    if globals.len() == 1 {
+        globals.push(vec![0]);
     }
-    Ok(())
-}
-
-/// The spacing of `dtype`'s subnormals (its smallest positive value): below its smallest
-/// normal a rounded value is off by up to half of it, however small the value (GELU's negative
-/// tail lands there in f16).
-fn subnormal_spacing(dtype: DType) -> f64 {
-    match dtype {
-        DType::F16 => 2f64.powi(-24),
-        DType::Bf16 => 2f64.powi(-133),
-        DType::F32 | DType::C64 => 2f64.powi(-149),
-        _ => 1e-300,
-    }
+    let m = Matrix {
+        rows: globals[0].len(),
+        cols: globals[1].len(),
+        layout: state.layout,
+    };
+    let along = if over == 0 { Along::Rows } else { Along::Cols };
+    let (summed, kept) = (&globals[over], &globals[1 - over]);
+    // Σ conj(v) x = conj(Σ v conj(x)).
+    let xs: Vec<C> = summed
+        .iter()
+        .map(|&g| {
+            let v = x(g);
+            if conj { (v.0, -v.1) } else { v }
+        })
+        .collect();
+    let ws: Vec<f64> = summed.iter().map(|&g| w(g)).collect();
+    let dots = b.dots(state.dtype, buf, &m, along, &xs, &ws)?;
+    Ok(kept
+        .iter()
+        .copied()
+        .zip(dots.into_iter().map(|d| match conj {
+            true => Dot {
+                im: d.im.scaled(-1.0),
+                ..d
+            },
+            false => d,
+        }))
+        .collect())
 }
 
 /// A complex accumulator whose parts are compensated sums.
@@ -83,9 +87,15 @@ fn subnormal_spacing(dtype: DType) -> f64 {
 struct Acc(Sum, Sum);
 
 impl Acc {
-    fn add(&mut self, v: C) {
-        self.0.add(v.0);
-        self.1.add(v.1);
+    /// Adds `k` times a dot's `Σ v x`.
+    fn add_dot(&mut self, d: &Dot, k: f64) {
+        self.0 = self.0.merge(d.re.scaled(k));
+        self.1 = self.1.merge(d.im.scaled(k));
+    }
+
+    /// Adds `k` times a dot's `Σ |v| w` (a real sum).
+    fn add_size(&mut self, d: &Dot, k: f64) {
+        self.0 = self.0.merge(d.abs.scaled(k));
     }
 }
 
@@ -140,7 +150,7 @@ pub fn check<B: Backend>(
     };
     let mut result = compare_rows(&z, m, k, eps, b.ranks());
     if let Some(pre) = pre {
-        result.passed &= activation_matches(b, step, out, pre, eps.out)?;
+        result.passed &= activation_matches(b, step, out, pre)?;
     }
     Ok(result)
 }
@@ -161,27 +171,30 @@ fn probe(n: usize, seed: u64) -> Vec<f64> {
         .collect()
 }
 
-/// `v`, conjugated when `yes`.
-fn conj(v: C, yes: bool) -> C {
-    if yes { (v.0, -v.1) } else { v }
-}
-
 /// y = op(b) x over every rank (k entries), then |op(b)| |x| beside it (k more; sums
 /// compensated: the check's own rounding stays far below the product's).
 fn op_b_x<B: Backend>(
     b: &B,
     step: &Matmul,
-    (sb, buf): (&TensorState, &B::Buf),
+    operand: (&TensorState, &B::Buf),
     x: &[f64],
     k: usize,
 ) -> Result<Vec<C>> {
     let mut y = vec![Acc::default(); 2 * k];
-    each(b, sb, buf, |i0, i1, v| {
-        let (kk, j) = if step.transpose_b { (i1, i0) } else { (i0, i1) };
-        let v = conj(v, step.conjugate_b);
-        y[kk as usize].add(mul(v, (x[j as usize], 0.0)));
-        y[k + kk as usize].add((abs(v) * x[j as usize].abs(), 0.0));
-    })?;
+    // op(b)[kk, j]: b's columns summed, or its rows where transposed.
+    let over = if step.transpose_b { 0 } else { 1 };
+    let dots = piece_dots(
+        b,
+        operand,
+        over,
+        step.conjugate_b,
+        |j| (x[j as usize], 0.0),
+        |j| x[j as usize].abs(),
+    )?;
+    for (kk, d) in dots {
+        y[kk as usize].add_dot(&d, 1.0);
+        y[k + kk as usize].add_size(&d, 1.0);
+    }
     all_sum(b, &y)
 }
 
@@ -207,29 +220,53 @@ impl<'p, B: Backend> Sums<'p, B> {
     }
 
     /// Adds this rank's part of alpha op(a) y (`y` as [`op_b_x`] gives it, over `k`).
-    fn add_alpha_op_a_y(&mut self, (sa, buf): Operand<'_, B>, y: &[C], k: usize) -> Result<()> {
-        let (m, step, z) = (self.z.len() / 4, self.step, &mut self.z);
-        let alpha = (step.alpha, 0.0);
-        each(self.b, sa, buf, |i0, i1, v| {
-            let (ii, kk) = if step.transpose_a { (i1, i0) } else { (i0, i1) };
-            let v = conj(v, step.conjugate_a);
-            z[ii as usize].add(mul(alpha, mul(v, y[kk as usize])));
-            z[m + ii as usize].add((step.alpha.abs() * abs(v) * y[k + kk as usize].0, 0.0));
-        })
+    fn add_alpha_op_a_y(&mut self, operand: Operand<'_, B>, y: &[C], k: usize) -> Result<()> {
+        let (m, step) = (self.z.len() / 4, self.step);
+        // op(a)[ii, kk]: a's columns summed, or its rows where transposed.
+        let over = if step.transpose_a { 0 } else { 1 };
+        let dots = piece_dots(
+            self.b,
+            operand,
+            over,
+            step.conjugate_a,
+            |kk| y[kk as usize],
+            |kk| y[k + kk as usize].0,
+        )?;
+        for (ii, d) in dots {
+            self.z[ii as usize].add_dot(&d, step.alpha);
+            self.z[m + ii as usize].add_size(&d, step.alpha.abs());
+        }
+        Ok(())
+    }
+
+    /// Adds this rank's part of `k` times `v x` for the matrix `v` (its sizes `|k| |v| |x|`
+    /// to `size_at + i`, its values to `value_at + i`).
+    fn add_times_x(
+        &mut self,
+        operand: Operand<'_, B>,
+        k: f64,
+        (value_at, size_at): (usize, usize),
+    ) -> Result<()> {
+        let x = self.x;
+        let dots = piece_dots(self.b, operand, 1, false, |j| (x[j as usize], 0.0), |j| {
+            x[j as usize].abs()
+        })?;
+        for (i, d) in dots {
+            self.z[value_at + i as usize].add_dot(&d, k);
+            self.z[size_at + i as usize].add_size(&d, k.abs());
+        }
+        Ok(())
     }
 
     /// Adds this rank's part of beta c x.
-    fn add_beta_c_x(&mut self, (sc, bc): Operand<'_, B>) -> Result<()> {
-        let (m, x, beta, z) = (self.z.len() / 4, self.x, self.step.beta, &mut self.z);
-        each(self.b, sc, bc, |i, j, v| {
-            z[i as usize].add(mul((beta, 0.0), mul(v, (x[j as usize], 0.0))));
-            z[m + i as usize].add((beta.abs() * abs(v) * x[j as usize].abs(), 0.0));
-        })
+    fn add_beta_c_x(&mut self, operand: Operand<'_, B>) -> Result<()> {
+        let m = self.z.len() / 4;
+        self.add_times_x(operand, self.step.beta, (0, m))
     }
 
     /// Adds this rank's part of the bias's share of out x.
-    fn add_bias(&mut self, (sbias, bb): Operand<'_, B>) -> Result<()> {
-        let (m, x, z) = (self.z.len() / 4, self.x, &mut self.z);
+    fn add_bias(&mut self, operand: Operand<'_, B>) -> Result<()> {
+        let (m, x) = (self.z.len() / 4, self.x);
         match self.step.bias_per {
             // Row i adds bias[i] to each of its n entries: bias[i] sum(x).
             BiasPer::Row => {
@@ -237,23 +274,22 @@ impl<'p, B: Backend> Sums<'p, B> {
                     x.iter().copied().sum::<Sum>().value(),
                     x.iter().map(|v| v.abs()).sum::<Sum>().value(),
                 );
-                each(self.b, sbias, bb, |i, _, v| {
-                    z[i as usize].add((v.0 * sx, v.1 * sx));
-                    z[m + i as usize].add((abs(v) * sabs, 0.0));
-                })?;
+                for (i, d) in piece_dots(self.b, operand, 1, false, |_| (sx, 0.0), |_| sabs)? {
+                    self.z[i as usize].add_dot(&d, 1.0);
+                    self.z[m + i as usize].add_size(&d, 1.0);
+                }
             }
             // Every row adds bias[j] to entry j: bias . x, the same for every row (each rank
             // adds the part it holds; the sum over the ranks completes it).
             BiasPer::Column => {
-                let (mut dot, mut size) = (Acc::default(), Sum::default());
-                each(self.b, sbias, bb, |j, _, v| {
-                    dot.add(mul(v, (x[j as usize], 0.0)));
-                    size.add(abs(v) * x[j as usize].abs());
+                let dots = piece_dots(self.b, operand, 0, false, |j| (x[j as usize], 0.0), |j| {
+                    x[j as usize].abs()
                 })?;
-                let (dot, size) = ((dot.0.value(), dot.1.value()), size.value());
-                for i in 0..m {
-                    z[i].add(dot);
-                    z[m + i].add((size, 0.0));
+                for (_, d) in dots {
+                    for i in 0..m {
+                        self.z[i].add_dot(&d, 1.0);
+                        self.z[m + i].add_size(&d, 1.0);
+                    }
                 }
             }
         }
@@ -261,12 +297,9 @@ impl<'p, B: Backend> Sums<'p, B> {
     }
 
     /// Adds this rank's part of `target` x (the result, or its pre-activation).
-    fn add_out_x(&mut self, (state, buf): Operand<'_, B>) -> Result<()> {
-        let (m, x, z) = (self.z.len() / 4, self.x, &mut self.z);
-        each(self.b, state, buf, |i, j, v| {
-            z[2 * m + i as usize].add(mul(v, (x[j as usize], 0.0)));
-            z[3 * m + i as usize].add((abs(v) * x[j as usize].abs(), 0.0));
-        })
+    fn add_out_x(&mut self, operand: Operand<'_, B>) -> Result<()> {
+        let m = self.z.len() / 4;
+        self.add_times_x(operand, 1.0, (2 * m, 3 * m))
     }
 }
 
@@ -308,37 +341,22 @@ fn compare_rows(z: &[C], m: usize, k: usize, eps: Epsilons, ranks: usize) -> Com
 }
 
 /// Whether the result is the activation of the checked pre-activation, element by element, on
-/// every rank (`eps_o`: the checked values' epsilon).
+/// every rank (compared where the data is).
 fn activation_matches<B: Backend>(
     b: &B,
     step: &Matmul,
     out: (&TensorState, &B::Buf),
     (pre_state, pre_buf): (TensorState, B::Buf),
-    eps_o: f64,
 ) -> Result<bool> {
     let here = TensorState {
         dtype: out.0.dtype,
         ..pre_state.clone()
     };
     let moved = regather(b, out.0, out.1, &here)?;
-    let (got, want) = (b.download(&moved)?, b.download(&pre_buf)?);
-    let (os, ps) = (out.0.dtype.size() as usize, pre_state.dtype.size() as usize);
-    let mut ok = true;
-    let eps_p = pre_state.dtype.epsilon();
-    for (g, p) in got.chunks_exact(os).zip(want.chunks_exact(ps)) {
-        let g = init::decode(out.0.dtype, g).to_complex().0;
-        let p = init::decode(pre_state.dtype, p).to_complex().0;
-        let a = activate(step.epilog, p);
-        // The kept pre-activation is itself rounded: where the activation is steep next to
-        // its value (GELU's tails), that rounding moves the activation by more than an ulp.
-        let moved = [1.0 + eps_p, 1.0 - eps_p]
-            .map(|f| (activate(step.epilog, p * f) - a).abs())
-            .into_iter()
-            .fold(0.0, f64::max);
-        ok &= (g - a).abs()
-            <= 2.0 * eps_o.max(out.0.dtype.epsilon()) * a.abs().max(1e-30)
-                + 2.0 * moved
-                + subnormal_spacing(out.0.dtype).max(1e-30);
-    }
+    let ok = b.activation_matches(
+        step.epilog,
+        (out.0.dtype, &moved),
+        (pre_state.dtype, &pre_buf),
+    )?;
     Ok(b.max_over_ranks(if ok { 0.0 } else { 1.0 })? == 0.0)
 }
