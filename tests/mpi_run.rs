@@ -455,12 +455,12 @@ fn a_failed_check_is_recorded_and_exits_3() {
 fn an_infinite_max_error_is_recorded_as_inf() {
     let spec = temp_spec(
         "inf-error",
-        "[job]\nname = \"inf-error\"\n[tensors.x]\nshape = [6]\ndtype = \"f64\"\n\
-         distribution = \"partial\"\ninit = { fill = 0.5 }\n\
+        "[job]\nname = \"inf-error\"\n[tensors.x]\nshape = [6]\ndtype = \"f16\"\n\
+         distribution = \"partial\"\ninit = { fill = 32.5 }\n\
          [[steps]]\nop = \"all_reduce\"\ninput = \"x\"\ncheck = true\n",
     );
     let out = spec.parent().unwrap().join("run");
-    // The sum is 1.0, and flipping its high exponent bit makes it infinite.
+    // The sum is 65, which the corruption moves by 1000 x 66, past f16's largest value: infinite.
     let ran = mpirun(
         2,
         &[

@@ -55,13 +55,14 @@ for name in ${CASES:-$all}; do
       rm -rf "$work/run"
       start=$(date +%s.%N)
       if timeout "${TIMEOUT:-300}" mpiexec -n "$ranks" "$(realpath "$bin")" run "$work/$name.toml" --out "$work/run" -q > "$work/log" 2>&1; then
-        wall=$(echo "$(date +%s.%N) - $start" | bc)
-        python3 - "$name" "$n" "$check" "$wall" "$work/run/manifest.json" <<'PY'
+        end=$(date +%s.%N)
+        python3 - "$name" "$n" "$check" "$start" "$end" "$work/run/manifest.json" <<'PY'
 import json, sys
-m = json.load(open(sys.argv[5]))
+m = json.load(open(sys.argv[6]))
 s = m['steps'][0]
 passed = (s.get('check') or {}).get('passed', '-')
-print(f"{sys.argv[1]:<20} {sys.argv[2]:<8} {sys.argv[3]:<6} {float(sys.argv[4]):10.2f} {s['time_s']['median'] * 1e3:12.3f} {passed}")
+wall = float(sys.argv[5]) - float(sys.argv[4])
+print(f"{sys.argv[1]:<20} {sys.argv[2]:<8} {sys.argv[3]:<6} {wall:10.2f} {s['time_s']['median'] * 1e3:12.3f} {passed}")
 PY
       else
         printf '%-20s %-8s %-6s FAILED: %s\n' "$name" "$n" "$check" "$(tail -2 "$work/log" | tr '\n' ' ')"

@@ -111,8 +111,10 @@ impl<'a, B: Backend> StepRun<'a, B> {
         Ok(times)
     }
 
-    /// Testing hook: `DISTRUN_CORRUPT_STEP=i` flips a high bit of the first element of step i's
-    /// result (an exponent bit for floats) before its check, so that the check must catch it.
+    /// Testing hook: `DISTRUN_CORRUPT_STEP=i` changes the first element of step i's result
+    /// before its check, so that the check must catch it: a float moves by 1000 (|x| + 1), far
+    /// past any tolerance (a flipped exponent bit can shrink it below one), an integer has a high
+    /// bit flipped.
     pub fn corrupt(&self, out: &mut B::Buf) -> Result<()> {
         let wanted = std::env::var("DISTRUN_CORRUPT_STEP")
             .ok()
@@ -120,7 +122,19 @@ impl<'a, B: Backend> StepRun<'a, B> {
         let b = self.b;
         if wanted == Some(self.index) && b.len(out) > 0 {
             let mut bytes = b.download(out)?.into_owned();
-            bytes[self.out_state().dtype.size() as usize - 1] ^= 0x40;
+            let dtype = self.out_state().dtype;
+            let first = &mut bytes[..dtype.size() as usize];
+            if dtype.is_float() {
+                let (re, im) = crate::init::decode(dtype, first).to_complex();
+                let re = re + 1000.0 * (re.abs() + 1.0);
+                let moved = match dtype.is_complex() {
+                    true => crate::init::Scalar::Complex(re, im),
+                    false => crate::init::Scalar::Real(re),
+                };
+                crate::init::encode(dtype, moved, first);
+            } else {
+                first[first.len() - 1] ^= 0x40;
+            }
             *out = b.upload(bytes)?;
         }
         Ok(())

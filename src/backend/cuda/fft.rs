@@ -15,7 +15,8 @@ use std::sync::Arc;
 
 /// The scaling kernel (normalisation): `x *= s` on n reals; the one-point real transforms
 /// (cuFFT squeezes a length-1 axis out of a plan, which would make another axis the real one):
-/// r2c `y = (x, 0)`, c2r `y = re(x)`, on n values.
+/// r2c `y = (x, 0)`, c2r `y = re(x)`, on n values; a c2r's input made Hermitian on its first
+/// and last bins' planes.
 pub const KERNELS: &str = r#"
 extern "C" __global__ void real_to_complex(const void* x, void* y, int f64, unsigned long long n) {
     for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
@@ -29,6 +30,43 @@ extern "C" __global__ void complex_to_real(const void* x, void* y, int f64, unsi
          i += (unsigned long long)gridDim.x * blockDim.x) {
         if (f64) ((double*)y)[i] = ((const double*)x)[2 * i];
         else ((float*)y)[i] = ((const float*)x)[2 * i];
+    }
+}
+// A c2r's input made Hermitian on the planes of its first and (`bins` 2) last bin
+// along the last axis (m complex values), over the plan's other axes (`dims`, nd of them, plane
+// values in all): x[g] = (x[g] + conj(x[-g])) / 2 for every batch (`per` values apart). numpy's
+// irfftn reads those planes so; cuFFT's large multi-axis plans read them otherwise.
+extern "C" __global__ void hermitian_planes(void* x, int f64, const unsigned long long* dims,
+                                            unsigned int nd, unsigned long long plane,
+                                            unsigned long long m, unsigned int bins,
+                                            unsigned long long batch, unsigned long long per) {
+    typedef unsigned long long u64;
+    u64 n = batch * plane * bins;
+    for (u64 k = blockIdx.x * (u64)blockDim.x + threadIdx.x; k < n;
+         k += (u64)gridDim.x * blockDim.x) {
+        u64 bin = k % bins == 0 ? 0 : m - 1, g = (k / bins) % plane, b = k / bins / plane;
+        u64 partner = 0, stride = 1, rest = g;
+        for (int a = (int)nd - 1; a >= 0; a--) {
+            u64 d = dims[a], j = rest % d;
+            rest /= d;
+            partner += (d - j) % d * stride;
+            stride *= d;
+        }
+        if (partner < g) continue;
+        u64 at = b * per + g * m + bin, to = b * per + partner * m + bin;
+        if (f64) {
+            double2* v = (double2*)x;
+            double2 p = v[at], q = v[to];
+            double re = (p.x + q.x) * 0.5, im = (p.y - q.y) * 0.5;
+            v[at] = make_double2(re, im);
+            v[to] = make_double2(re, -im);
+        } else {
+            float2* v = (float2*)x;
+            float2 p = v[at], q = v[to];
+            float re = (p.x + q.x) * 0.5f, im = (p.y - q.y) * 0.5f;
+            v[at] = make_float2(re, im);
+            v[to] = make_float2(re, -im);
+        }
     }
 }
 extern "C" __global__ void scale_f32(float* x, unsigned long long n, double s) {
@@ -419,6 +457,40 @@ impl Cuda<'_> {
         Ok(())
     }
 
+    /// Makes the input at `x` of a c2r plan `g` Hermitian on the planes that its first and (for
+    /// an even real length) last bins along the last axis make with the plan's other axes (of
+    /// a 1-D plan: those bins' real parts), as numpy's irfftn reads them (cuFFT's large
+    /// multi-axis plans would read them otherwise).
+    fn hermitian_planes(&self, g: &Group, x: u64, precision: DType) -> Result<()> {
+        let (dims, real) = g.dims.split_at(g.dims.len() - 1);
+        let m = (real[0] / 2 + 1) as u64;
+        let bins: u32 = if real[0] % 2 == 0 && m > 1 { 2 } else { 1 };
+        let plane: u64 = dims.iter().map(|&d| d as u64).product();
+        // (A 1-D plan's table is never read, but CUDA allocates nothing empty.)
+        let words: Vec<u64> = dims.iter().map(|&d| d as u64).chain([1]).collect();
+        let table = self.device_table(&words)?;
+        let (nd, batch, per) = (dims.len() as u32, g.batch as u64, g.dist.input as u64);
+        let double = i32::from(precision != DType::C64);
+        let complex = if precision == DType::C64 { 8 } else { 16 };
+        for l in 0..g.launches {
+            let at = x + (l * g.launch_step.input * complex) as u64;
+            let mut launch = self.stream.launch_builder(&self.kernels.hermitian_planes);
+            launch
+                .arg(&at)
+                .arg(&double)
+                .arg(&table)
+                .arg(&nd)
+                .arg(&plane)
+                .arg(&m)
+                .arg(&bins)
+                .arg(&batch)
+                .arg(&per);
+            // SAFETY: the plan's batches of `per` complex values lie inside the buffer at x.
+            unsafe { launch.launch(launch_config(batch * plane * u64::from(bins))) }?;
+        }
+        Ok(())
+    }
+
     /// Runs a local FFT phase: the first plan from `input` into `output`, the others in place
     /// (a c2r, which may overwrite its input, reads a copy), then the scaling.
     pub(super) fn fft_phase(
@@ -463,6 +535,9 @@ impl Cuda<'_> {
                 } else {
                     s
                 };
+                if p.group.transform == Transform::C2r && !p.group.one_point() {
+                    self.hermitian_planes(&p.group, s, precision)?;
+                }
                 self.run_plan(p, s, dst, precision)?;
             }
         } else {

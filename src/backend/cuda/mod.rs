@@ -230,6 +230,7 @@ struct Kernels {
     scale_f64: CudaFunction,
     real_to_complex: CudaFunction,
     complex_to_real: CudaFunction,
+    hermitian_planes: CudaFunction,
     complex_product: CudaFunction,
 }
 
@@ -254,6 +255,7 @@ impl Kernels {
             scale_f64: module.load_function("scale_f64")?,
             real_to_complex: module.load_function("real_to_complex")?,
             complex_to_real: module.load_function("complex_to_real")?,
+            hermitian_planes: module.load_function("hermitian_planes")?,
             complex_product: module.load_function("complex_product")?,
         })
     }
