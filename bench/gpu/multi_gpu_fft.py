@@ -1,0 +1,106 @@
+"""FFTs of every kind on several GPUs: distrun on P GPUs against nvmath-python's distributed FFT
+(cuFFTMp) where it takes the case (c2c, either precision, 2-D and 3-D, x- or y-slabs) and
+beside one GPU's cuFFT (cupy.fft.fftn / rfftn / irfftn on the whole array), in the same command.
+
+    python bench/gpu/multi_gpu_fft.py [--bin target/release/distrun] [--ranks 2 4]
+                                      [--cases c2c-c64-1024 ...] [--iterations 10] [--no-peer]
+
+All are timed alike: 2 warm-up runs, then the iterations back to back, their mean (distrun's
+`timing = "queued"`). distrun's input is in slabs along axis 0 (x) or 1 (y), its result where
+the FFT leaves it (`reshape = false`, as cuFFTMp's default); the peer is given the same slabs.
+Prints one row per case and rank count: distrun's time, its speed against the peer (the
+peer's time over distrun's, >= 1.0 is the target) and against one GPU.
+"""
+import argparse
+import json
+import pathlib
+import subprocess
+import tempfile
+
+import nvmath_peer
+from one_gpu import ENV, ROOT
+from one_gpu_fft import cupy_time
+
+# name: (kind, input dtype, input shape, slab axis of the input)
+CASES = {
+    "c2c-c64-1024": ("c2c", "c64", [1024, 1024, 1024], 0),
+    "c2c-c64-1024-y": ("c2c", "c64", [1024, 1024, 1024], 1),
+    "c2c-c64-768": ("c2c", "c64", [768, 768, 768], 0),
+    "c2c-c64-1000": ("c2c", "c64", [1000, 1000, 1000], 0),
+    "c2c-c128-512": ("c2c", "c128", [512, 512, 512], 0),
+    "c2c-c64-2d-16384": ("c2c", "c64", [16384, 16384], 0),
+    "r2c-f32-1024": ("r2c", "f32", [1024, 1024, 1024], 0),
+    "c2r-c64-1024": ("c2r", "c64", [1024, 1024, 513], 1),
+}
+
+
+def spec(kind, dtype, shape, slab, iterations):
+    out = 'out = "y"\n' if kind != "c2c" else ""
+    return f"""[job]
+name = "multi-gpu-fft"
+[runtime]
+device = "cuda"
+[tensors.x]
+shape = {shape}
+dtype = "{dtype}"
+distribution = {{ slab = {slab} }}
+init = {{ uniform = {{ low = -1.0, high = 1.0 }} }}
+[[steps]]
+op = "fft"
+input = "x"
+{out}kind = "{kind}"
+direction = "{'inverse' if kind == 'c2r' else 'forward'}"
+reshape = false
+warmup = 2
+iterations = {iterations}
+timing = "queued"
+[output]
+tensors = []
+"""
+
+
+def distrun(binary, p, text):
+    """Seconds per run of the spec's step on p ranks, or the run's last error line."""
+    with tempfile.TemporaryDirectory() as d:
+        path = pathlib.Path(d) / "spec.toml"
+        path.write_text(text)
+        r = subprocess.run(["mpiexec", "-n", str(p), binary, "run", str(path), "--out", f"{d}/run", "-q"],
+                           env=ENV, capture_output=True, text=True)
+        if r.returncode != 0:
+            return None, (r.stderr.strip().splitlines() or ["?"])[-1]
+        return json.loads((pathlib.Path(d) / "run/manifest.json").read_text())["steps"][0]["time_s"]["median"], None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default=str(ROOT / "target/release/distrun"))
+    ap.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
+    ap.add_argument("--cases", nargs="+", default=list(CASES))
+    ap.add_argument("--iterations", type=int, default=10)
+    ap.add_argument("--no-peer", action="store_true")
+    a = ap.parse_args()
+    one = {}
+    for name in a.cases:
+        kind, dtype, shape, _ = CASES[name]
+        one[name] = cupy_time(kind, dtype, shape, "C", a.iterations)
+    print("| case | GPUs | distrun ms | nvmath (cuFFTMp) ms | distrun speed vs nvmath | one GPU (cupy) ms | distrun vs one GPU |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for p in a.ranks:
+        peer_cases = [f"{n}:{CASES[n][1]}:{'x'.join(map(str, CASES[n][2]))}:{CASES[n][3]}"
+                      for n in a.cases if CASES[n][0] == "c2c"]
+        theirs = {} if a.no_peer or not peer_cases else nvmath_peer.run(
+            "nvmath_fft_cases.py", p, [str(a.iterations), *peer_cases], ENV)
+        for name in a.cases:
+            kind, dtype, shape, slab = CASES[name]
+            t, err = distrun(a.bin, p, spec(kind, dtype, shape, slab, a.iterations))
+            if t is None:
+                print(f"| {name} | {p} | failed: {err} | | | | |", flush=True)
+                continue
+            peer = theirs.get(name)
+            vs = f"{peer * 1e3:.2f} | {peer / t:.2f}x" if peer else "- | -"
+            print(f"| {name} | {p} | {t * 1e3:.2f} | {vs} | {one[name] * 1e3:.2f} | {one[name] / t:.2f}x |",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
