@@ -11,6 +11,8 @@ Prints each case's times, distrun's speed against cupy, and the fraction of the 
 it reaches (read and write counted once each, as a copy's).
 """
 import argparse
+import pathlib
+import tempfile
 
 from one_gpu import ROOT, first_step, timed
 
@@ -23,13 +25,30 @@ CASES = {
     "c128-4096x4096-C-F": ("c128", [4096, 4096], "C", "F"),
     "c64-512x512x512-C-F": ("c64", [512, 512, 512], "C", "F"),
     "u8-16384x16384-C-F": ("u8", [16384, 16384], "C", "F"),
+    "u8-16384x16384-F-C": ("u8", [16384, 16384], "F", "C"),
+    "f16-8192x12288-F-C": ("f16", [8192, 12288], "F", "C"),
+    "f32-256x512x1024-C-F": ("f32", [256, 512, 1024], "C", "F"),
+    "f16-256x512x1024-C-F": ("f16", [256, 512, 1024], "C", "F"),
+    "u8-3001x4097-C-F": ("u8", [3001, 4097], "C", "F"),
+    "f16-1000x77x131-C-F": ("f16", [1000, 77, 131], "C", "F"),
 }
 CUPY = {"f32": "float32", "f16": "float16", "f64": "float64", "c128": "complex128",
         "c64": "complex64", "u8": "uint8"}
 
 
+def random_bytes(shape):
+    """An .npy of random u8 values of `shape` (a random init takes floats only, and an arange
+    past 255 does not fit u8; equal values would let the check miss a misplaced element)."""
+    import numpy as np
+    path = pathlib.Path(tempfile.gettempdir()) / f"relayout-u8-{'x'.join(map(str, shape))}.npy"
+    if not path.exists():
+        np.save(path, np.random.default_rng(1).integers(0, 256, size=shape, dtype=np.uint8))
+    return path
+
+
 def spec(dtype, shape, src, dst, iterations):
-    init = "{ fill = 7 }" if dtype == "u8" else "{ uniform = { low = -1.0, high = 1.0 } }"
+    init = (f'{{ npy = "{random_bytes(shape)}" }}' if dtype == "u8"
+            else "{ uniform = { low = -1.0, high = 1.0 } }")
     return f"""[job]
 name = "one-gpu-relayout"
 [runtime]

@@ -90,7 +90,32 @@ impl RunGrid {
                 && r.src == grid.start.0 + p * outer.0 + q * step.0
                 && r.dst == grid.start.1 + p * outer.1 + q * step.1
         });
-        fits.then_some(grid)
+        fits.then(|| grid.oriented())
+    }
+
+    /// The same runs with the grids and the runs within them swapped where that lets a side
+    /// that neither steps nor strides by one element do so (a three-axis reversal whose runs go
+    /// along the last axis: its tiles must cross the first and last axes, not the last two).
+    /// The runs are the same set; only the order a tile kernel takes them in changes.
+    fn oriented(self) -> RunGrid {
+        let swapped = RunGrid {
+            batches: self.rows,
+            outer: self.step,
+            rows: self.batches,
+            step: self.outer,
+            ..self
+        };
+        let unit = |g: &RunGrid| {
+            [(g.step.0, g.strides.0), (g.step.1, g.strides.1)]
+                .iter()
+                .filter(|&&(step, stride)| step == 1 || stride == 1)
+                .count()
+        };
+        if self.batches > 1 && unit(&swapped) > unit(&self) {
+            swapped
+        } else {
+            self
+        }
     }
 }
 
@@ -284,6 +309,35 @@ mod tests {
             let (p, q) = (k / grid.rows, k % grid.rows);
             assert_eq!(r.src, grid.start.0 + p * grid.outer.0 + q * grid.step.0);
         }
+    }
+
+    #[test]
+    fn a_reversal_along_the_last_axis_tiles_across_the_first_and_last() {
+        // [4, 3, 5] from C to F with runs along axis 2 (contiguous in the source), the odometer
+        // over axes 0 (outer) and 1: taken as given, no side of the runs' order is contiguous in
+        // the destination; swapped, the runs step along axis 0, which is.
+        let (d0, d1, d2) = (4, 3, 5);
+        let runs: Vec<Run> = (0..d0)
+            .flat_map(|i0| (0..d1).map(move |i1| (i0, i1)))
+            .map(|(i0, i1)| run(i0 * d1 * d2 + i1 * d2, i0 + i1 * d0, d2, (1, d0 * d1)))
+            .collect();
+        let grid = RunGrid::of(&runs).expect("grids");
+        assert_eq!((grid.batches, grid.rows), (d1, d0));
+        assert_eq!((grid.outer, grid.step), ((d2, d0), (d1 * d2, 1)));
+        // The same runs: each (p, q) names one, and all of them once.
+        let mut named: Vec<(usize, usize)> = (0..grid.batches * grid.rows)
+            .map(|k| {
+                let (p, q) = (k / grid.rows, k % grid.rows);
+                (
+                    grid.start.0 + p * grid.outer.0 + q * grid.step.0,
+                    grid.start.1 + p * grid.outer.1 + q * grid.step.1,
+                )
+            })
+            .collect();
+        let mut given: Vec<(usize, usize)> = runs.iter().map(|r| (r.src, r.dst)).collect();
+        named.sort_unstable();
+        given.sort_unstable();
+        assert_eq!(named, given);
     }
 
     #[test]

@@ -14,9 +14,7 @@ use crate::ops::sum::Sum;
 use crate::spec::step::{Epilog, ReduceOp};
 use crate::spec::tensor::{DType, Layout};
 use anyhow::{Result, anyhow};
-use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, DevicePtr, LaunchConfig, PushKernelArg,
-};
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::CompileOptions;
 use std::sync::Arc;
 
@@ -415,11 +413,6 @@ impl Cuda<'_> {
         }
         let k = CheckKernels::compile(self.stream.context())?;
         Ok(self.checks.get_or_init(|| k))
-    }
-
-    /// The address of `buf` (0 for an empty one: the kernels then see no elements).
-    fn ptr(&self, buf: &DevBuf) -> u64 {
-        buf.data.device_ptr(&self.stream).0
     }
 
     /// A small result, copied back once the kernels before it are done.

@@ -132,6 +132,76 @@ extern "C" __global__ void copy_grid(const unsigned char* src, unsigned char* ds
     }
 }
 
+// The same grids of 1- or 2-byte elements (E), moved a 32-bit word (W, V elements) at a time on
+// each side: tiles of T = 32 V elements square, each thread loading V elements that lie next to
+// each other along the source's contiguous axis and storing V along the destination's (the
+// host launches it only where both sides' words are 4-byte aligned). A line's last partial word
+// moves element by element.
+template <typename E, typename W, int V>
+__device__ void narrow_tiles(const E* __restrict__ s, E* __restrict__ d,
+                             const unsigned long long* __restrict__ g, int load_q, int store_q,
+                             E* tile) {
+    typedef unsigned long long u64;
+    const unsigned int T = 32 * V, P = 32 * V + 1;
+    const u64 batches = g[2], outer_s = g[3], outer_d = g[4], rows = g[5], step_s = g[6],
+              step_d = g[7], count = g[8], stride_s = g[9], stride_d = g[10];
+    const u64 tq = (rows + T - 1) / T, ti = (count + T - 1) / T;
+    const unsigned int c0 = threadIdx.x * V;
+    s += g[0];
+    d += g[1];
+    for (u64 p = blockIdx.z; p < batches; p += gridDim.z)
+    for (u64 bq = blockIdx.x; bq < tq; bq += gridDim.x)
+    for (u64 bi = blockIdx.y; bi < ti; bi += gridDim.y) {
+        const E* sp = s + p * outer_s;
+        E* dp = d + p * outer_d;
+        const u64 q0 = bq * T, i0 = bi * T;
+        for (unsigned int j = threadIdx.y; j < T; j += blockDim.y) {
+            unsigned int tq_ = load_q ? c0 : j, ti_ = load_q ? j : c0;
+            u64 q = q0 + tq_, i = i0 + ti_;
+            if (q >= rows || i >= count) continue;
+            u64 left = load_q ? rows - q : count - i;
+            const E* from = sp + q * step_s + i * stride_s;
+            unsigned int at = tq_ * P + ti_, next = load_q ? P : 1;
+            if (left >= V) {
+                W w = *(const W*)from;
+                for (int v = 0; v < V; v++) tile[at + v * next] = (E)(w >> (8 * sizeof(E) * v));
+            } else {
+                for (unsigned int v = 0; v < left; v++) tile[at + v * next] = from[v];
+            }
+        }
+        __syncthreads();
+        for (unsigned int j = threadIdx.y; j < T; j += blockDim.y) {
+            unsigned int tq_ = store_q ? c0 : j, ti_ = store_q ? j : c0;
+            u64 q = q0 + tq_, i = i0 + ti_;
+            if (q >= rows || i >= count) continue;
+            u64 left = store_q ? rows - q : count - i;
+            E* to = dp + q * step_d + i * stride_d;
+            unsigned int at = tq_ * P + ti_, next = store_q ? P : 1;
+            if (left >= V) {
+                W w = 0;
+                for (int v = 0; v < V; v++) w |= (W)tile[at + v * next] << (8 * sizeof(E) * v);
+                *(W*)to = w;
+            } else {
+                for (unsigned int v = 0; v < left; v++) to[v] = tile[at + v * next];
+            }
+        }
+        __syncthreads();
+    }
+}
+
+extern "C" __global__ void copy_grid_narrow(const unsigned char* src, unsigned char* dst,
+                                            const unsigned long long* g, unsigned long long elem,
+                                            int load_q, int store_q) {
+    __shared__ unsigned int tile[(128 * 129 + 3) / 4];
+    if (elem == 1)
+        narrow_tiles<unsigned char, unsigned int, 4>(src, dst, g, load_q, store_q,
+                                                     (unsigned char*)tile);
+    else
+        narrow_tiles<unsigned short, unsigned int, 2>((const unsigned short*)src,
+                                                      (unsigned short*)dst, g, load_q, store_q,
+                                                      (unsigned short*)tile);
+}
+
 // The product over `ranks` gathered arrays of n complex values (float2 or double2), elements
 // first..first + count, in rank order, in double precision.
 extern "C" __global__ void complex_product(const void* all, void* out, int f64,
@@ -154,6 +224,31 @@ extern "C" __global__ void complex_product(const void* all, void* out, int f64,
     }
 }
 "#;
+
+/// Whether grids of 1- or 2-byte elements can move a 32-bit word at a time on both sides (the
+/// narrow tile kernel): each side contiguous along its runs or along their elements, and every
+/// word it moves 4-byte aligned (`ptrs`: the buffers' addresses).
+fn narrow_words(g: &RunGrid, elem: usize, ptrs: (u64, u64)) -> bool {
+    if !matches!(elem, 1 | 2) {
+        return false;
+    }
+    let v = 4 / elem;
+    // Where the words start: the grid's start, each grid's, and each line across the
+    // contiguous axis must be whole words apart.
+    let side = |start: usize, outer: usize, step: usize, stride: usize, ptr: u64| {
+        let line = match (step, stride) {
+            (1, s) if s != 1 => s,
+            (s, 1) => s,
+            _ => return false,
+        };
+        ptr.is_multiple_of(4)
+            && start.is_multiple_of(v)
+            && (g.batches <= 1 || outer.is_multiple_of(v))
+            && line.is_multiple_of(v)
+    };
+    side(g.start.0, g.outer.0, g.step.0, g.strides.0, ptrs.0)
+        && side(g.start.1, g.outer.1, g.step.1, g.strides.1, ptrs.1)
+}
 
 /// The parts of a start-up and their times.
 struct Clock {
@@ -224,6 +319,7 @@ fn versions(nvshmem: Option<String>) -> String {
 struct Kernels {
     copy: CudaFunction,
     copy_grid: CudaFunction,
+    copy_grid_narrow: CudaFunction,
     finish: CudaFunction,
     conj_copy: CudaFunction,
     scale_f32: CudaFunction,
@@ -249,6 +345,7 @@ impl Kernels {
         Ok(Kernels {
             copy: module.load_function("copy_runs")?,
             copy_grid: module.load_function("copy_grid")?,
+            copy_grid_narrow: module.load_function("copy_grid_narrow")?,
             finish: module.load_function("finish")?,
             conj_copy: module.load_function("conj_copy")?,
             scale_f32: module.load_function("scale_f32")?,
@@ -489,6 +586,11 @@ impl<'a> Cuda<'a> {
         })
     }
 
+    /// The address of `buf` on the GPU.
+    fn ptr(&self, buf: &DevBuf) -> u64 {
+        buf.data.device_ptr(&self.stream).0
+    }
+
     /// How long each part of starting the backend took, in seconds (for `-v`).
     pub fn startup(&self) -> &[(&'static str, f64)] {
         &self.startup
@@ -515,7 +617,9 @@ impl<'a> Cuda<'a> {
         // Along the runs where they follow each other and a run's elements do not.
         let load_q = i32::from(g.step.0 == 1 && g.strides.0 != 1);
         let store_q = i32::from(g.step.1 == 1 && g.strides.1 != 1);
-        let tiles = |n: usize| n.div_ceil(32).clamp(1, 65535) as u32;
+        let narrow = narrow_words(g, elem, (self.ptr(src), self.ptr(dst)));
+        let side = if narrow { 32 * 4 / elem } else { 32 };
+        let tiles = |n: usize| n.div_ceil(side).clamp(1, 65535) as u32;
         let cfg = LaunchConfig {
             grid_dim: (
                 tiles(g.rows),
@@ -526,7 +630,11 @@ impl<'a> Cuda<'a> {
             shared_mem_bytes: 0,
         };
         let elem = elem as u64;
-        let mut launch = self.st().launch_builder(&self.kernels.copy_grid);
+        let kernel = match narrow {
+            true => &self.kernels.copy_grid_narrow,
+            false => &self.kernels.copy_grid,
+        };
+        let mut launch = self.st().launch_builder(kernel);
         launch
             .arg(&*src.data)
             .arg(&mut *dst.data)
@@ -1280,5 +1388,40 @@ impl Backend for Cuda<'_> {
         pre: (DType, &DevBuf),
     ) -> Result<bool> {
         self.check_activation(epilog, out, pre)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::narrow_words;
+    use crate::backend::work::{Run, RunGrid};
+
+    /// The grid of an R x C matrix from C to F order (one run per column).
+    fn transpose(rows: usize, cols: usize, start: usize) -> RunGrid {
+        let runs: Vec<Run> = (0..cols)
+            .map(|j| Run {
+                src: start + j,
+                dst: j * rows,
+                count: rows,
+                src_stride: cols,
+                dst_stride: 1,
+            })
+            .collect();
+        RunGrid::of(&runs).expect("a grid")
+    }
+
+    #[test]
+    fn narrow_words_need_aligned_lines_on_both_sides() {
+        let aligned = (256, 512);
+        // 16 x 16 bytes: every line starts on a word, on both sides.
+        assert!(narrow_words(&transpose(16, 16, 0), 1, aligned));
+        assert!(narrow_words(&transpose(16, 16, 0), 2, aligned));
+        // Columns of 6 elements: 12 bytes in u16 are whole words, 6 in u8 are not.
+        assert!(narrow_words(&transpose(6, 16, 0), 2, aligned));
+        assert!(!narrow_words(&transpose(6, 16, 0), 1, aligned));
+        // A start or a buffer off a word, and wider elements, go the other way.
+        assert!(!narrow_words(&transpose(16, 16, 1), 1, aligned));
+        assert!(!narrow_words(&transpose(16, 16, 0), 1, (256, 514)));
+        assert!(!narrow_words(&transpose(16, 16, 0), 4, aligned));
     }
 }
