@@ -1,0 +1,98 @@
+"""Matmuls on one GPU: distrun with one rank against cupy's matmul (cuBLAS) on the same arrays,
+in the same command, over dtypes, layouts, transposes and odd sizes.
+
+    python bench/gpu/one_gpu_matmul.py [--bin target/release/distrun] [--cases f16-8192 ...]
+                                       [--iterations 20]
+
+Both are timed alike: 2 warm-up runs, then the iterations back to back between one pair of
+CUDA events, their mean (distrun's `timing = "queued"`). Prints one row per case: distrun's
+time and TFLOP/s, cupy's time, and distrun's speed as cupy's time over distrun's (>= 0.95 is
+the target).
+"""
+import argparse
+
+from one_gpu import ROOT, first_step, timed
+
+# name: (dtype, m, n, k, layout of a, b and the result, a transposed, b transposed)
+CASES = {
+    "f16-8192": ("f16", 8192, 8192, 8192, "C", False, False),
+    "f16-4096x16384x8192-F-bT": ("f16", 4096, 16384, 8192, "F", False, True),
+    "f16-16384x1024x16384": ("f16", 16384, 1024, 16384, "C", False, False),
+    "f16-8192-aT": ("f16", 8192, 8192, 8192, "C", True, False),
+    "bf16-8192-F": ("bf16", 8192, 8192, 8192, "F", False, False),
+    "f32-8192": ("f32", 8192, 8192, 8192, "C", False, False),
+    "f64-4096": ("f64", 4096, 4096, 4096, "C", False, False),
+    "c64-4096-F-aT": ("c64", 4096, 4096, 4096, "F", True, False),
+    "f32-3001x2999x1013": ("f32", 3001, 2999, 1013, "C", False, False),
+}
+CUPY = {"f16": "float16", "bf16": None, "f32": "float32", "f64": "float64", "c64": "complex64"}
+
+
+def spec(dtype, m, n, k, layout, ta, tb, iterations):
+    a = [k, m] if ta else [m, k]
+    b = [n, k] if tb else [k, n]
+    tensors = "".join(
+        f'[tensors.{name}]\nshape = {shape}\ndtype = "{dtype}"\nlayout = "{layout}"\n'
+        'distribution = "replicated"\ninit = { uniform = { low = -1.0, high = 1.0 } }\n'
+        for name, shape in (("a", a), ("b", b)))
+    return f"""[job]
+name = "one-gpu-matmul"
+[runtime]
+device = "cuda"
+{tensors}[tensors.c]
+shape = [{m}, {n}]
+dtype = "{dtype}"
+layout = "{layout}"
+distribution = "replicated"
+[[steps]]
+op = "matmul"
+a = "a"
+b = "b"
+out = "c"
+transpose_a = {str(ta).lower()}
+transpose_b = {str(tb).lower()}
+warmup = 2
+iterations = {iterations}
+timing = "queued"
+[output]
+tensors = []
+"""
+
+
+def cupy_time(dtype, m, n, k, layout, ta, tb, iterations):
+    import cupy as cp
+    if CUPY[dtype] is None:
+        return None
+    a = cp.asarray(cp.random.rand(*([k, m] if ta else [m, k])), dtype=CUPY[dtype], order=layout)
+    b = cp.asarray(cp.random.rand(*([n, k] if tb else [k, n])), dtype=CUPY[dtype], order=layout)
+    c = cp.empty((m, n), dtype=CUPY[dtype], order=layout)
+    opa, opb = (a.T if ta else a), (b.T if tb else b)
+    try:
+        return timed(lambda: cp.matmul(opa, opb, out=c), iterations)
+    except Exception:  # an `out` cupy will not write in F order: the result it returns
+        return timed(lambda: cp.matmul(opa, opb), iterations)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default=str(ROOT / "target/release/distrun"))
+    ap.add_argument("--cases", nargs="+", default=list(CASES))
+    ap.add_argument("--iterations", type=int, default=20)
+    a = ap.parse_args()
+    print(f"{'case':<26} {'distrun ms':>10} {'TFLOP/s':>8} {'cupy ms':>8} {'speed':>6}")
+    for name in a.cases:
+        dtype, m, n, k, layout, ta, tb = CASES[name]
+        step, err = first_step(a.bin, spec(dtype, m, n, k, layout, ta, tb, a.iterations))
+        c = cupy_time(dtype, m, n, k, layout, ta, tb, a.iterations)
+        cupy = f"{c * 1e3:8.3f}" if c else f"{'-':>8}"
+        if step is None:
+            print(f"{name:<26} {'failed':>10} {'':>8} {cupy}   {err}")
+            continue
+        t = step["time_s"]["median"]
+        flops = (8 if dtype.startswith("c") else 2) * m * n * k / t / 1e12
+        speed = f"{c / t:5.2f}x" if c else "    -"
+        print(f"{name:<26} {t * 1e3:10.3f} {flops:8.1f} {cupy} {speed}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
