@@ -11,15 +11,14 @@ the FFT leaves it (`reshape = false`, as cuFFTMp's default); the peer is given t
 Prints one row per case and rank count: distrun's time, its speed against the peer (the
 peer's time over distrun's, >= 1.0 is the target) and against one GPU.
 """
-import argparse
 import json
 import pathlib
 import subprocess
 import tempfile
 
 import nvmath_peer
-from one_gpu import ENV, ROOT
-from one_gpu_fft import cupy_time
+from one_gpu import ENV, arguments
+from one_gpu_fft import cupy_time, spec
 
 # name: (kind, input dtype, input shape, slab axis of the input)
 CASES = {
@@ -32,31 +31,6 @@ CASES = {
     "r2c-f32-1024": ("r2c", "f32", [1024, 1024, 1024], 0),
     "c2r-c64-1024": ("c2r", "c64", [1024, 1024, 513], 1),
 }
-
-
-def spec(kind, dtype, shape, slab, iterations):
-    out = 'out = "y"\n' if kind != "c2c" else ""
-    return f"""[job]
-name = "multi-gpu-fft"
-[runtime]
-device = "cuda"
-[tensors.x]
-shape = {shape}
-dtype = "{dtype}"
-distribution = {{ slab = {slab} }}
-init = {{ uniform = {{ low = -1.0, high = 1.0 }} }}
-[[steps]]
-op = "fft"
-input = "x"
-{out}kind = "{kind}"
-direction = "{'inverse' if kind == 'c2r' else 'forward'}"
-reshape = false
-warmup = 2
-iterations = {iterations}
-timing = "queued"
-[output]
-tensors = []
-"""
 
 
 def distrun(binary, p, text):
@@ -72,11 +46,8 @@ def distrun(binary, p, text):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--bin", default=str(ROOT / "target/release/distrun"))
+    ap = arguments(CASES, iterations=10)
     ap.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
-    ap.add_argument("--cases", nargs="+", default=list(CASES))
-    ap.add_argument("--iterations", type=int, default=10)
     ap.add_argument("--no-peer", action="store_true")
     a = ap.parse_args()
     one = {}
@@ -92,7 +63,7 @@ def main():
             "nvmath_fft_cases.py", p, [str(a.iterations), *peer_cases], ENV)
         for name in a.cases:
             kind, dtype, shape, slab = CASES[name]
-            t, err = distrun(a.bin, p, spec(kind, dtype, shape, slab, a.iterations))
+            t, err = distrun(a.bin, p, spec(kind, dtype, shape, "C", a.iterations, slab, False))
             if t is None:
                 print(f"| {name} | {p} | failed: {err} | | | | |", flush=True)
                 continue

@@ -1,6 +1,7 @@
 """What the one-GPU benchmarks share: running a spec with distrun's one rank and reading its
 step back, and timing a cupy call the way distrun's `timing = "queued"` times a step (2 warm-up
 runs, then the iterations back to back between one pair of CUDA events, their mean)."""
+import argparse
 import json
 import os
 import pathlib
@@ -37,3 +38,12 @@ def timed(f, iterations):
     end.record()
     end.synchronize()
     return cp.cuda.get_elapsed_time(start, end) / 1e3 / iterations
+
+
+def arguments(cases, iterations=20):
+    """The command line the benchmarks share: --bin, --cases (of `cases`), --iterations."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default=str(ROOT / "target/release/distrun"))
+    ap.add_argument("--cases", nargs="+", default=list(cases))
+    ap.add_argument("--iterations", type=int, default=iterations)
+    return ap

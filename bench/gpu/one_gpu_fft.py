@@ -9,9 +9,7 @@ Both are timed alike: 2 warm-up runs, then the iterations back to back between o
 CUDA events, their mean (distrun's `timing = "queued"`). Prints one row per case: distrun's
 time, cupy's, and distrun's speed as cupy's time over distrun's (>= 0.95 is the target).
 """
-import argparse
-
-from one_gpu import ROOT, first_step, timed
+from one_gpu import arguments, first_step, timed
 
 # name: (kind, input dtype, shape, layout)
 CASES = {
@@ -27,21 +25,21 @@ CASES = {
 }
 
 
-def spec(kind, dtype, shape, layout, iterations):
-    out = ""
-    if kind == "c2r":
-        out = 'out = "y"\n'
-    elif kind == "r2c":
-        out = 'out = "y"\n'
+def spec(kind, dtype, shape, layout, iterations, slab=0, reshape=None):
+    """The one-step spec of an FFT of `kind` on x (`dtype`, `shape`, `layout`, in slabs along
+    axis `slab`); `reshape` given: the step's key."""
+    out = 'out = "y"\n' if kind != "c2c" else ""
+    if reshape is not None:
+        out += f"reshape = {str(reshape).lower()}\n"
     return f"""[job]
-name = "one-gpu-fft"
+name = "gpu-fft"
 [runtime]
 device = "cuda"
 [tensors.x]
 shape = {shape}
 dtype = "{dtype}"
 layout = "{layout}"
-distribution = {{ slab = 0 }}
+distribution = {{ slab = {slab} }}
 init = {{ uniform = {{ low = -1.0, high = 1.0 }} }}
 [[steps]]
 op = "fft"
@@ -73,11 +71,7 @@ def cupy_time(kind, dtype, shape, layout, iterations):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--bin", default=str(ROOT / "target/release/distrun"))
-    ap.add_argument("--cases", nargs="+", default=list(CASES))
-    ap.add_argument("--iterations", type=int, default=20)
-    a = ap.parse_args()
+    a = arguments(CASES).parse_args()
     print(f"{'case':<20} {'distrun ms':>11} {'cupy ms':>9} {'speed':>7}")
     for name in a.cases:
         kind, dtype, shape, layout = CASES[name]

@@ -9,9 +9,8 @@ CUDA events, their mean (distrun's `timing = "queued"`). Prints one row per case
 time and TFLOP/s, cupy's time, and distrun's speed as cupy's time over distrun's (>= 0.95 is
 the target).
 """
-import argparse
 
-from one_gpu import ROOT, first_step, timed
+from one_gpu import arguments, first_step, timed
 
 # name: (dtype, m, n, k, layout of a, b and the result, a transposed, b transposed)
 CASES = {
@@ -74,11 +73,7 @@ def cupy_time(dtype, m, n, k, layout, ta, tb, iterations):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--bin", default=str(ROOT / "target/release/distrun"))
-    ap.add_argument("--cases", nargs="+", default=list(CASES))
-    ap.add_argument("--iterations", type=int, default=20)
-    a = ap.parse_args()
+    a = arguments(CASES).parse_args()
     print(f"{'case':<26} {'distrun ms':>10} {'TFLOP/s':>8} {'cupy ms':>8} {'speed':>6}")
     for name in a.cases:
         dtype, m, n, k, layout, ta, tb = CASES[name]

@@ -10,11 +10,10 @@ iterations back to back between one pair of CUDA events, their mean); cupy the s
 Prints each case's times, distrun's speed against cupy, and the fraction of the copy bandwidth
 it reaches (read and write counted once each, as a copy's).
 """
-import argparse
 import pathlib
 import tempfile
 
-from one_gpu import ROOT, first_step, timed
+from one_gpu import arguments, first_step, timed
 
 # name: (dtype, shape, from layout, to layout)
 CASES = {
@@ -76,11 +75,7 @@ tensors = []
 
 def main():
     import cupy as cp
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--bin", default=str(ROOT / "target/release/distrun"))
-    ap.add_argument("--cases", nargs="+", default=list(CASES))
-    ap.add_argument("--iterations", type=int, default=20)
-    a = ap.parse_args()
+    a = arguments(CASES).parse_args()
     print(f"{'case':<22} {'distrun ms':>10} {'check':>6} {'cupy ms':>8} {'speed':>6} {'of copy bw':>10}")
     for name in a.cases:
         dtype, shape, src, dst = CASES[name]

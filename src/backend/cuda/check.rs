@@ -13,7 +13,7 @@ use crate::ops::checks::{Along, C, Dot, Gap, Lanes, Matrix};
 use crate::ops::sum::Sum;
 use crate::spec::step::{Epilog, ReduceOp};
 use crate::spec::tensor::{DType, Layout};
-use anyhow::{Result, anyhow};
+use anyhow::Result;
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::CompileOptions;
 use std::sync::Arc;
@@ -365,13 +365,10 @@ impl CheckKernels {
         let opts = CompileOptions {
             fmad: Some(false),
             name: Some("distrun_check.cu".into()),
-            arch: Some(super::arch(ctx)?),
             ..Default::default()
         };
         let source = [fill::COMMON, blas::ELEMENTS, KERNELS].concat();
-        let ptx = cudarc::nvrtc::compile_ptx_with_opts(source, opts)
-            .map_err(|e| anyhow!("NVRTC (check kernels): {e:?}"))?;
-        let m = ctx.load_module(ptx)?;
+        let m = super::load_module(ctx, source, opts, "check kernels")?;
         Ok(CheckKernels {
             fingerprint: m.load_function("fingerprint")?,
             reduction: m.load_function("reduction")?,

@@ -404,12 +404,10 @@ fn kernel(stream: &Arc<CudaStream>) -> Result<CudaFunction> {
         prec_div: Some(true),
         prec_sqrt: Some(true),
         name: Some("distrun_fill.cu".into()),
-        arch: Some(super::arch(ctx)?),
         ..Default::default()
     };
-    let ptx = cudarc::nvrtc::compile_ptx_with_opts([COMMON, KERNEL].concat(), opts)
-        .map_err(|e| anyhow!("NVRTC (init fill kernel): {e:?}"))?;
-    let function = ctx.load_module(ptx)?.load_function("fill")?;
+    let module = super::load_module(ctx, [COMMON, KERNEL].concat(), opts, "init fill kernel")?;
+    let function = module.load_function("fill")?;
     *loaded = Some((ctx.clone(), function.clone()));
     Ok(function)
 }

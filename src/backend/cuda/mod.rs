@@ -281,6 +281,23 @@ fn launch_config(n: u64) -> LaunchConfig {
     }
 }
 
+/// Compiles `source` with NVRTC for `ctx`'s GPU (`opts` with its architecture set) and loads
+/// it; `what` names it in an error.
+fn load_module(
+    ctx: &Arc<CudaContext>,
+    source: String,
+    opts: cudarc::nvrtc::CompileOptions,
+    what: &str,
+) -> Result<Arc<cudarc::driver::CudaModule>> {
+    let opts = cudarc::nvrtc::CompileOptions {
+        arch: Some(arch(ctx)?),
+        ..opts
+    };
+    let ptx = cudarc::nvrtc::compile_ptx_with_opts(source, opts)
+        .map_err(|e| anyhow!("NVRTC ({what}): {e:?}"))?;
+    Ok(ctx.load_module(ptx)?)
+}
+
 /// NVRTC's virtual architecture for the context's GPU (`compute_90` on an H200): the kernels use
 /// conversions (bf16) that older default targets lack.
 fn arch(ctx: &CudaContext) -> Result<&'static str> {
@@ -335,13 +352,8 @@ impl Kernels {
     /// and loads them.
     fn compile(ctx: &Arc<CudaContext>) -> Result<Self> {
         let source = [KERNELS, blas::ELEMENTS, blas::KERNELS, fft::KERNELS].concat();
-        let opts = cudarc::nvrtc::CompileOptions {
-            arch: Some(arch(ctx)?),
-            ..Default::default()
-        };
-        let ptx = cudarc::nvrtc::compile_ptx_with_opts(source, opts)
-            .map_err(|e| anyhow!("NVRTC: {e:?}"))?;
-        let module = ctx.load_module(ptx)?;
+        let opts = cudarc::nvrtc::CompileOptions::default();
+        let module = load_module(ctx, source, opts, "the backend's kernels")?;
         Ok(Kernels {
             copy: module.load_function("copy_runs")?,
             copy_grid: module.load_function("copy_grid")?,
