@@ -135,6 +135,21 @@ fn cases(p: usize) -> Vec<Case> {
     let mut c = base("c2c", DType::C128, &s3, &boxes_along(&s3, 1, p));
     c.out_dist = Some(boxes_along(&s3, 2, p));
     all.push(c);
+    // A replicated input: every rank transforms all of it; the result replicated, or moved to
+    // a declared distribution.
+    let replicated = "\"replicated\"";
+    all.push(base("c2c", DType::C128, &s3, replicated));
+    let mut c = base("c2c", DType::C64, &s2, replicated);
+    c.in_place = true;
+    c.inverse = true;
+    all.push(c);
+    let mut c = base("r2c", DType::F64, &s3, replicated);
+    c.out_dist = Some("{ slab = 1 }".to_string());
+    all.push(c);
+    let mut c = base("c2r", DType::C128, &vec![30u64, 27, 17], replicated);
+    c.inverse = true;
+    c.out_last = Some(33);
+    all.push(c);
     // A declared output fixes the result's distribution, whatever the input's and reshape.
     for (kind, dtype, input, out, reshape) in [
         (

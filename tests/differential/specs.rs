@@ -564,8 +564,12 @@ impl Gen {
 
     fn fft(&mut self, last: &Option<String>) -> String {
         let kind = self.rng.pick(&["c2c", "c2c", "r2c", "c2r"]);
-        let fits_dist =
-            |d: &Option<Dist>| matches!(d, Some(Dist::Slab(0 | 1)) | Some(Dist::Boxes(_)));
+        let fits_dist = |d: &Option<Dist>| {
+            matches!(
+                d,
+                Some(Dist::Slab(0 | 1)) | Some(Dist::Boxes(_)) | Some(Dist::Replicated)
+            )
+        };
         let want_dt = |dt: Dt| match kind {
             "r2c" => matches!(dt, Dt::F32 | Dt::F64),
             _ => dt.is_complex(),
@@ -582,9 +586,10 @@ impl Gen {
                     "r2c" => self.rng.pick(&[Dt::F32, Dt::F64]),
                     _ => self.rng.pick(&[Dt::C64, Dt::C128]),
                 };
-                let d = match self.rng.below(3) {
+                let d = match self.rng.below(4) {
                     0 => Dist::Slab(0),
                     1 => Dist::Slab(1),
+                    2 => Dist::Replicated,
                     _ => Dist::Boxes(self.boxes(&shape)),
                 };
                 self.input(shape, dt, d)

@@ -130,6 +130,8 @@ impl Resolver<'_> {
                     false => Distribution::slab(1 - a.index()),
                 }))
             }
+            // Every rank transforms the whole tensor; the result is whole on every rank too.
+            Distribution::Replicated => Some(declared_dist.unwrap_or(Distribution::Replicated)),
             Distribution::Boxes(_) => match declared_dist {
                 Some(d) => Some(d),
                 None if f.reshape && f.kind == FftKind::C2c => Some(x.dist.clone()),
@@ -147,7 +149,7 @@ impl Resolver<'_> {
                     "input",
                     &f.input,
                     &x.dist,
-                    "{ slab = 0 }, { slab = 1 } or boxes",
+                    "{ slab = 0 }, { slab = 1 }, boxes or replicated",
                     false,
                 );
                 None

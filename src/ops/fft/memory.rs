@@ -5,7 +5,7 @@
 //! library's own plans and scratch (cuFFT's work area, rustfft's per-thread scratch of one
 //! line) are not counted.
 
-use super::{Fft, FftKind, check::inverse, middle, symmetric_room, working_slab};
+use super::{Fft, FftKind, check::inverse, holds_whole, middle, symmetric_room, working_slab};
 use crate::dist::TensorState;
 use crate::ops::exchange::Side;
 use crate::ops::movement::{local_bytes, staged_bytes};
@@ -18,8 +18,8 @@ pub fn workspace(
     out: &TensorState,
     (ranks, rank): (u64, u64),
 ) -> u64 {
-    if ranks == 1 {
-        return whole_workspace(step, input, out);
+    if holds_whole(input, ranks) {
+        return whole_workspace(step, input, out, (ranks, rank));
     }
     let piece = |s: &TensorState| local_bytes(s, ranks, rank) as u64;
     let staged =
@@ -96,10 +96,16 @@ pub fn heap_room(f: &Fft, input: &TensorState, out: &TensorState, ranks: u64) ->
 /// the input moved to C order (where it is not, and the transform does not take it as it is),
 /// the result in C order before it moves to its layout, and the CPU's copy of the input and its
 /// working lines in the one local phase.
-fn whole_workspace(step: &Fft, input: &TensorState, out: &TensorState) -> u64 {
-    let piece = |s: &TensorState| local_bytes(s, 1, 0) as u64;
-    let staged = |from: &TensorState, to: &TensorState| staged_bytes(from, &Side::of(to), 1, 0);
-    let [work_in, natural] = super::whole_ends(step, input, out);
+fn whole_workspace(
+    step: &Fft,
+    input: &TensorState,
+    out: &TensorState,
+    (ranks, rank): (u64, u64),
+) -> u64 {
+    let piece = |s: &TensorState| local_bytes(s, ranks, rank) as u64;
+    let staged =
+        |from: &TensorState, to: &TensorState| staged_bytes(from, &Side::of(to), ranks, rank);
+    let [work_in, natural] = super::whole_ends(step, input, out, ranks);
     let to_work = match work_in == *input {
         true => 0,
         false => staged(input, &work_in),

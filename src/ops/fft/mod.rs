@@ -4,7 +4,8 @@
 //! included) transposes to the complementary slab; the remaining axis is transformed; the result
 //! moves to the output's distribution and layout (the input's slab with `reshape = true`, boxes
 //! for pencils). r2c transforms the last axis first, c2r last, so that it is whole when they run.
-//! A rank that holds the whole tensor (one rank) transforms every axis in one local phase.
+//! A rank that holds the whole tensor (one rank, or a replicated input) transforms every axis in
+//! one local phase.
 
 mod back;
 mod batched;
@@ -72,7 +73,7 @@ fn middle(step: &Fft, input: &TensorState, out: &TensorState, s0: usize) -> Tens
 /// and the largest x-slab piece too when the result goes back to x-slabs.
 pub fn symmetric_room(step: &Fft, input: &TensorState, out: &TensorState, ranks: usize) -> usize {
     let nd = input.shape.len();
-    if ranks < 2 || working_slab(step.kind, nd, &input.dist) != 0 {
+    if holds_whole(input, ranks as u64) || working_slab(step.kind, nd, &input.dist) != 0 {
         return 0;
     }
     let m = middle(step, input, out, 0);
@@ -161,6 +162,12 @@ fn norm_scale(step: &Fft, input: &TensorState, out: &TensorState) -> Option<f64>
     Some(scale(step.norm, step.direction, n)).filter(|&s| s != 1.0)
 }
 
+/// Whether every rank holds the whole input (one rank, or a replicated input): each then
+/// transforms all of it in one local phase, and the result is whole on every rank too.
+pub fn holds_whole(input: &TensorState, ranks: u64) -> bool {
+    ranks == 1 || input.dist == Distribution::Replicated
+}
+
 /// Whether a rank holding the whole tensor transforms it in the order it is stored: a c2c from
 /// and to F order (an FFT over every axis of an F-order array is the same FFT of the C-order
 /// array of the reversed shape); otherwise it works in C order.
@@ -169,14 +176,24 @@ fn whole_in_place_order(step: &Fft, input: &TensorState, out: &TensorState) -> b
 }
 
 /// Where a rank holding the whole tensor transforms it: the input and the result in the order
-/// the one phase works in (see [`whole_in_place_order`]).
-pub(super) fn whole_ends(step: &Fft, input: &TensorState, out: &TensorState) -> [TensorState; 2] {
+/// the one phase works in (see [`whole_in_place_order`]), whole on every rank.
+pub(super) fn whole_ends(
+    step: &Fft,
+    input: &TensorState,
+    out: &TensorState,
+    ranks: u64,
+) -> [TensorState; 2] {
     let layout = match whole_in_place_order(step, input, out) {
         true => input.layout,
         false => Layout::C,
     };
     [input, out].map(|s| TensorState {
         layout,
+        // One rank holds any distribution whole; several hold a replicated one.
+        dist: match ranks {
+            1 => s.dist.clone(),
+            _ => Distribution::Replicated,
+        },
         ..s.clone()
     })
 }
@@ -251,7 +268,7 @@ impl<B: Backend> PreparedFft<B> {
     /// Prepares an FFT from its input's state to its result's.
     pub fn new(b: &B, step: &Fft, input: &TensorState, out: &TensorState) -> Result<Self> {
         let (ranks, rank) = (b.ranks() as u64, b.rank() as u64);
-        if ranks == 1 {
+        if holds_whole(input, ranks) {
             return Self::whole(b, step, input, out);
         }
         let s0 = working_slab(step.kind, input.shape.len(), &input.dist);
@@ -311,21 +328,23 @@ impl<B: Backend> PreparedFft<B> {
 
     /// The FFT of a rank that holds the whole tensor: one local phase over every axis (one
     /// library call: a cuFFT plan over all axes), from the input in C order (or in F order as
-    /// it is, for a c2c whose result is in F order too) straight into the result's layout.
+    /// it is, for a c2c whose result is in F order too) straight into the result's layout (and
+    /// from there to its distribution, where it is not replicated).
     fn whole(b: &B, step: &Fft, input: &TensorState, out: &TensorState) -> Result<Self> {
-        let [work_in, natural] = whole_ends(step, input, out);
+        let (ranks, rank) = (b.ranks() as u64, b.rank() as u64);
+        let [work_in, natural] = whole_ends(step, input, out, ranks);
         let to_work = match work_in == *input {
             true => None,
             false => {
-                let m = Movement::new(input, &work_in, 1, 0);
-                Some(Staged::new(b, m, local_bytes(&work_in, 1, 0))?)
+                let m = Movement::new(input, &work_in, ranks, rank);
+                Some(Staged::new(b, m, local_bytes(&work_in, ranks, rank))?)
             }
         };
         let back = match natural == *out {
             true => Back::None,
             false => {
-                let m = Movement::new(&natural, out, 1, 0);
-                Back::Whole(Box::new(Staged::new(b, m, local_bytes(out, 1, 0))?))
+                let m = Movement::new(&natural, out, ranks, rank);
+                Back::Whole(Box::new(Staged::new(b, m, local_bytes(out, ranks, rank))?))
             }
         };
         Ok(PreparedFft {
@@ -335,7 +354,7 @@ impl<B: Backend> PreparedFft<B> {
             after1: b.zeros(0)?,
             transpose: Transpose::None,
             phase2: None,
-            after2: b.zeros(local_bytes(&natural, 1, 0))?,
+            after2: b.zeros(local_bytes(&natural, ranks, rank))?,
             back,
         })
     }

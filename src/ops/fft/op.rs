@@ -52,8 +52,10 @@ impl Op for Fft {
     fn describe(&self, planned: &StepPlan, ranks: u64) -> Option<(String, String)> {
         let (input, out) = (planned.input_states.first()?, planned.output_state.as_ref()?);
         let nd = input.shape.len();
-        if ranks == 1 {
-            let detail = format!("one {nd}-D transform over every axis (one cuFFT plan on a GPU)");
+        if super::holds_whole(input, ranks) {
+            let every = if ranks > 1 { "on every rank, " } else { "" };
+            let detail =
+                format!("{every}one {nd}-D transform over every axis (one cuFFT plan on a GPU)");
             return Some(("local".into(), detail));
         }
         const SLABS: [&str; 3] = ["x", "y", "z"];
