@@ -341,18 +341,20 @@ fn summa_out(case: &MatmulCase<'_>) -> Option<Distribution> {
     if case.transpose_a || case.transpose_b {
         return None;
     }
+    let same = |x: &Option<Vec<u32>>, y: &Option<Vec<u32>>| same_grid(x, y, case.ranks);
     match (case.a, case.b) {
         (Distribution::Block(a), Distribution::Block(b))
-            if a.grid == b.grid
+            if same(&a.grid, &b.grid)
                 && a.grid_layout == b.grid_layout
                 && a.grid.as_ref().is_none_or(|g| g.len() == 2) =>
         {
             Some(case.a.clone())
         }
         (Distribution::BlockCyclic(a), Distribution::BlockCyclic(b))
-            if a.grid == b.grid
+            if same(&a.grid, &b.grid)
                 && a.grid_layout == b.grid_layout
-                && a.first == b.first
+                && a.first.clone().unwrap_or_else(|| vec![0; 2])
+                    == b.first.clone().unwrap_or_else(|| vec![0; 2])
                 && a.blocks.len() == 2
                 && b.blocks.len() == 2
                 && a.blocks[1] == b.blocks[0] =>
@@ -362,6 +364,21 @@ fn summa_out(case: &MatmulCase<'_>) -> Option<Distribution> {
             Some(Distribution::BlockCyclic(out))
         }
         _ => None,
+    }
+}
+
+/// Whether two 2-D process grids are one: equal as written, or, where one is left to the plan,
+/// equal once derived for `ranks` (unknown ranks: taken as equal, the plan for a rank count
+/// decides).
+fn same_grid(x: &Option<Vec<u32>>, y: &Option<Vec<u32>>, ranks: Option<u64>) -> bool {
+    if x == y {
+        return true;
+    }
+    match ranks {
+        Some(p) => {
+            crate::dist::process_grid(x, p, 2) == crate::dist::process_grid(y, p, 2)
+        }
+        None => x.is_none() || y.is_none(),
     }
 }
 
@@ -435,6 +452,29 @@ mod tests {
         assert_eq!(c.algorithm, MatmulAlgorithm::Local);
         assert_eq!(c.bytes_per_rank, Some(0));
         assert_eq!(c.out, Distribution::slab(0));
+    }
+
+    #[test]
+    fn summa_takes_a_written_grid_and_the_same_one_left_to_the_plan() {
+        let cyclic = |grid: Option<Vec<u32>>, first: Option<Vec<u32>>| {
+            Distribution::BlockCyclic(crate::spec::tensor::BlockCyclicSpec {
+                grid,
+                blocks: vec![8, 8],
+                grid_layout: Default::default(),
+                first,
+            })
+        };
+        let summa = |a: &Distribution, b: &Distribution, ranks| {
+            let mut c = case(a, b, None, (false, false));
+            c.ranks = ranks;
+            choose(&c, MatmulAlgorithm::Summa).is_ok()
+        };
+        let (written, derived) = (cyclic(Some(vec![2, 2]), None), cyclic(None, Some(vec![0, 0])));
+        // 4 ranks derive 2 x 2: one grid; without a rank count, the plan for one decides.
+        assert!(summa(&written, &derived, Some(4)));
+        assert!(summa(&derived, &written, None));
+        // 4 x 1 is another grid than the 2 x 2 that 4 ranks derive.
+        assert!(!summa(&cyclic(Some(vec![4, 1]), None), &derived, Some(4)));
     }
 
     #[test]
