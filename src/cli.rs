@@ -290,10 +290,11 @@ fn clean(dir: &std::path::Path) -> anyhow::Result<ExitCode> {
 }
 
 /// Loads a spec file's points (syntax, schema); where the schema fails, the report also has the
-/// meaning errors of the rest of the spec (at `ranks`, else the spec's own rank count), so that
-/// every error comes at once.
+/// meaning errors of the rest of the spec, or of a sweep's other points (at `ranks`, else the
+/// spec's own rank count), so that every error comes at once.
 fn load(path: &std::path::Path, ranks: Option<u64>) -> Result<spec::Swept, InvalidSpec> {
-    spec::load_swept(path).map_err(|invalid| with_meaning_errors(invalid, ranks))
+    let meaning = |loaded: &spec::Loaded| plan::resolve(loaded, ranks_for(loaded, ranks)).map(drop);
+    spec::load_swept(path, meaning).map_err(|invalid| with_meaning_errors(invalid, ranks))
 }
 
 /// A schema-invalid spec's report with the meaning errors of its repaired rest added: those

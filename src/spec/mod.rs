@@ -159,8 +159,13 @@ impl Swept {
     }
 }
 
-/// Reads a spec file and runs the syntax and schema passes over each of its points.
-pub fn load_swept(path: &Path) -> Result<Swept, InvalidSpec> {
+/// Reads a spec file and runs the syntax and schema passes over each of its points. Where some
+/// points fail the schema, `meaning` (the meaning pass) runs over the others, so that the report
+/// has every point's errors at once.
+pub fn load_swept(
+    path: &Path,
+    meaning: impl Fn(&Loaded) -> Result<(), Vec<Diagnostic>>,
+) -> Result<Swept, InvalidSpec> {
     let base = load_file(path)?;
     if base.spec.sweep.is_none() {
         let point = Point {
@@ -186,6 +191,8 @@ pub fn load_swept(path: &Path) -> Result<Swept, InvalidSpec> {
     let points = sweep::points(&table, &value, written_at).map_err(|d| base.invalid(&d))?;
     let mut loaded = Vec::with_capacity(points.len());
     let mut errors = Vec::new();
+    // Which points loaded, in order (the others' schema errors are in `errors`).
+    let mut fine = Vec::with_capacity(points.len());
     for point in &points {
         let doc = sweep::apply(&value, point);
         let diags = schema::check(&doc);
@@ -195,14 +202,23 @@ pub fn load_swept(path: &Path) -> Result<Swept, InvalidSpec> {
             false => Err(diags),
         };
         match spec {
-            Ok(spec) => loaded.push(Loaded {
-                spec,
-                ..base.clone()
-            }),
+            Ok(spec) => {
+                loaded.push(Loaded {
+                    spec,
+                    ..base.clone()
+                });
+                fine.push(point);
+            }
             Err(diags) => errors.push((point, diags)),
         }
     }
     if !errors.is_empty() {
+        for (point, l) in fine.into_iter().zip(&loaded) {
+            if let Err(diags) = meaning(l) {
+                errors.push((point, diags));
+            }
+        }
+        errors.sort_by_key(|(point, _)| point.index);
         return Err(base.invalid(&sweep::merge(errors, points.len(), &base.spans)));
     }
     Ok(Swept {
