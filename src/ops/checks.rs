@@ -120,7 +120,7 @@ fn value(dtype: DType, bytes: &[u8], i: usize) -> C {
 }
 
 /// One element's share of a fingerprint: its global index and its bytes (up to 16), mixed.
-pub fn element_hash(global: u64, bytes: &[u8]) -> u64 {
+fn element_hash(global: u64, bytes: &[u8]) -> u64 {
     let word = |part: &[u8]| {
         let mut w = [0u8; 8];
         w[..part.len()].copy_from_slice(part);
