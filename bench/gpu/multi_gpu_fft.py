@@ -11,13 +11,8 @@ the FFT leaves it (`reshape = false`, as cuFFTMp's default); the peer is given t
 Prints one row per case and rank count: distrun's time, its speed against the peer (the
 peer's time over distrun's, >= 1.0 is the target) and against one GPU.
 """
-import json
-import pathlib
-import subprocess
-import tempfile
-
 import nvmath_peer
-from one_gpu import ENV, arguments
+from one_gpu import ENV, arguments, first_step
 from one_gpu_fft import cupy_time, spec
 
 # name: (kind, input dtype, input shape, slab axis of the input)
@@ -31,18 +26,6 @@ CASES = {
     "r2c-f32-1024": ("r2c", "f32", [1024, 1024, 1024], 0),
     "c2r-c64-1024": ("c2r", "c64", [1024, 1024, 513], 1),
 }
-
-
-def distrun(binary, p, text):
-    """Seconds per run of the spec's step on p ranks, or the run's last error line."""
-    with tempfile.TemporaryDirectory() as d:
-        path = pathlib.Path(d) / "spec.toml"
-        path.write_text(text)
-        r = subprocess.run(["mpiexec", "-n", str(p), binary, "run", str(path), "--out", f"{d}/run", "-q"],
-                           env=ENV, capture_output=True, text=True)
-        if r.returncode != 0:
-            return None, (r.stderr.strip().splitlines() or ["?"])[-1]
-        return json.loads((pathlib.Path(d) / "run/manifest.json").read_text())["steps"][0]["time_s"]["median"], None
 
 
 def main():
@@ -63,10 +46,11 @@ def main():
             "nvmath_fft_cases.py", p, [str(a.iterations), *peer_cases], ENV)
         for name in a.cases:
             kind, dtype, shape, slab = CASES[name]
-            t, err = distrun(a.bin, p, spec(kind, dtype, shape, "C", a.iterations, slab, False))
-            if t is None:
+            step, err = first_step(a.bin, spec(kind, dtype, shape, "C", a.iterations, slab, False), p)
+            if step is None:
                 print(f"| {name} | {p} | failed: {err} | | | | |", flush=True)
                 continue
+            t = step["time_s"]["median"]
             peer = theirs.get(name)
             vs = f"{peer * 1e3:.2f} | {peer / t:.2f}x" if peer else "- | -"
             print(f"| {name} | {p} | {t * 1e3:.2f} | {vs} | {one[name] * 1e3:.2f} | {one[name] / t:.2f}x |",

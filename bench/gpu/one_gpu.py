@@ -13,13 +13,14 @@ ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIR
            NCCL_NVLS_ENABLE="0", NVSHMEM_DISABLE_NVLS="1")
 
 
-def first_step(binary, text):
-    """The manifest record of the first step of the spec `text` run by `binary`, and None; or
-    None and the run's last line of errors."""
+def first_step(binary, text, ranks=1):
+    """The manifest record of the first step of the spec `text` run by `binary` (on `ranks`
+    ranks under mpiexec, one rank alone), and None; or None and the run's last line of errors."""
     with tempfile.TemporaryDirectory() as d:
         path = pathlib.Path(d) / "spec.toml"
         path.write_text(text)
-        run = subprocess.run([binary, "run", str(path), "--out", f"{d}/run", "-q"],
+        launcher = ["mpiexec", "-n", str(ranks)] if ranks > 1 else []
+        run = subprocess.run([*launcher, binary, "run", str(path), "--out", f"{d}/run", "-q"],
                              env=ENV, capture_output=True, text=True)
         if run.returncode != 0:
             return None, run.stderr.strip().splitlines()[-1:]

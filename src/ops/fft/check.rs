@@ -61,13 +61,15 @@ fn plane_bins(m: u64, real_last: u64) -> Vec<u64> {
     bins
 }
 
-/// The planes of `bins` along the last axis of a tensor in `state` (`buf`, this rank's piece),
-/// whole on every rank, C order over `[shape[..last], bins]`.
+/// The planes of `bins` along the last axis of two tensors in `state` (`bufs`, this rank's
+/// pieces: the input and its round trip), whole on every rank, C order over
+/// `[shape[..last], bins]`; one movement gathers both.
 fn planes<B: Backend>(
     b: &B,
-    (state, buf): (&TensorState, &B::Buf),
+    state: &TensorState,
+    bufs: [&B::Buf; 2],
     bins: &[u64],
-) -> Result<Vec<(f64, f64)>> {
+) -> Result<[Vec<(f64, f64)>; 2]> {
     let (ranks, rank) = (b.ranks() as u64, b.rank() as u64);
     let nd = state.shape.len();
     let whole: Vec<Vec<(u64, u64)>> = state.shape[..nd - 1]
@@ -84,10 +86,13 @@ fn planes<B: Backend>(
     let movement = Movement::to(state, &target, ranks, rank);
     let size = state.dtype.size() as usize;
     let mut staged = Staged::new(b, movement, count as usize * size)?;
-    Ok(b.download(staged.run(b, buf)?)?
-        .chunks_exact(size)
-        .map(|c| init::decode(state.dtype, c).to_complex())
-        .collect())
+    let mut values = |buf: &B::Buf| -> Result<Vec<(f64, f64)>> {
+        Ok(b.download(staged.run(b, buf)?)?
+            .chunks_exact(size)
+            .map(|c| init::decode(state.dtype, c).to_complex())
+            .collect())
+    };
+    Ok([values(bufs[0])?, values(bufs[1])?])
 }
 
 /// The round trip's gap on a c2r input's planes of `bins`: the round trip `y` gives back
@@ -170,8 +175,7 @@ pub fn check<B: Backend>(
                 if bins.contains(&k) { 0.0 } else { 1.0 }
             });
             let rest = b.gap(in_state.dtype, input.1, &back, round, &lanes)?;
-            let x = planes(b, input, &bins)?;
-            let y = planes(b, (in_state, &back), &bins)?;
+            let [x, y] = planes(b, in_state, [input.1, &back], &bins)?;
             let p = planes_gap(&in_state.shape[..last], bins.len(), &x, &y, round);
             Gap {
                 diff: rest.diff.max(p.diff),

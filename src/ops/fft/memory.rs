@@ -61,7 +61,8 @@ pub fn workspace(
 
 /// The bytes an FFT's check holds on `rank`: the round trip's result, beside the inverse
 /// transform's workspace while it runs; for a c2r then the planes of its first and last bins,
-/// whole, of the input and of the round trip (each staged, then as complex f64 values).
+/// whole, of the input and of the round trip (staged through one buffer, then both as complex
+/// f64 values).
 pub fn check_workspace(
     step: &Fft,
     input: &TensorState,
@@ -72,8 +73,9 @@ pub fn check_workspace(
     let inverse = workspace(&inverse(step), out, input, (ranks, rank));
     let planes = match step.kind {
         FftKind::C2r => {
-            let plane: u64 = input.shape[..input.shape.len() - 1].iter().product();
-            2 * 2 * plane * (16 + input.dtype.size())
+            // At most two bins per plane.
+            let planes: u64 = 2 * input.shape[..input.shape.len() - 1].iter().product::<u64>();
+            planes * input.dtype.size() + 2 * planes * 16
         }
         _ => 0,
     };
