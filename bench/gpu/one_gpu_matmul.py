@@ -62,8 +62,12 @@ def cupy_time(dtype, m, n, k, layout, ta, tb, iterations):
     import cupy as cp
     if CUPY[dtype] is None:
         return None
-    a = cp.asarray(cp.random.rand(*([k, m] if ta else [m, k])), dtype=CUPY[dtype], order=layout)
-    b = cp.asarray(cp.random.rand(*([n, k] if tb else [k, n])), dtype=CUPY[dtype], order=layout)
+    # The operands distrun's spec draws, uniform in [-1, 1): a tensor-core GEMM at its power
+    # limit runs at a clock that depends on the values it multiplies.
+    def operand(shape):
+        return cp.asarray(cp.random.uniform(-1, 1, shape), dtype=CUPY[dtype], order=layout)
+    a = operand([k, m] if ta else [m, k])
+    b = operand([n, k] if tb else [k, n])
     c = cp.empty((m, n), dtype=CUPY[dtype], order=layout)
     opa, opb = (a.T if ta else a), (b.T if tb else b)
     try:

@@ -1,7 +1,7 @@
 //! The CPU backend: host buffers, copies in parallel with rayon, communication through MPI (or
 //! nothing, for one rank).
 
-use super::work::{Addends, Bias, Phase, Run, View};
+use super::work::{Addends, Bias, Phase, Runs, View};
 use super::{Backend, Out, Puts, Rows, advise_huge_pages};
 use crate::init::IndexMap;
 use crate::ops::checks::{self, Along, C, Dot, Gap, Lanes, Matrix};
@@ -230,7 +230,7 @@ impl Backend for Cpu<'_> {
         buf.len()
     }
 
-    fn copy_runs(&self, src: &Vec<u8>, dst: &mut Vec<u8>, runs: &[Run], elem: usize) -> Result<()> {
+    fn copy_runs(&self, src: &Vec<u8>, dst: &mut Vec<u8>, runs: &Runs, elem: usize) -> Result<()> {
         let out = Dst(dst.as_mut_ptr());
         let (src_len, dst_len) = (src.len(), dst.len());
         runs.par_iter().with_min_len(64).for_each(move |r| {
@@ -527,6 +527,7 @@ impl Backend for Cpu<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::work::Run;
     use crate::runtime::comm::Single;
 
     #[test]
@@ -568,7 +569,7 @@ mod tests {
                 dst_stride: 3,
             })
             .collect();
-        cpu.copy_runs(&src, &mut dst, &runs, 2).unwrap();
+        cpu.copy_runs(&src, &mut dst, &runs.into(), 2).unwrap();
         assert_eq!(dst, [0, 1, 4, 5, 8, 9, 2, 3, 6, 7, 10, 11]);
     }
 }

@@ -14,7 +14,7 @@ use crate::spec::step::{Epilog, ReduceOp};
 use crate::spec::tensor::DType;
 use anyhow::Result;
 use std::borrow::Cow;
-use work::{Addends, Phase, Run, View};
+use work::{Addends, Phase, Runs, View};
 
 /// The bytes a [`Backend::put`] moves: `height` rows of `width` bytes, `src_pitch` bytes apart
 /// in the source and `dst_pitch` apart in the destination.
@@ -93,7 +93,7 @@ pub trait Backend {
         &self,
         src: &Self::Buf,
         dst: &mut Self::Buf,
-        runs: &[Run],
+        runs: &Runs,
         elem: usize,
     ) -> Result<()>;
 

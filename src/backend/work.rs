@@ -5,6 +5,7 @@
 use crate::spec::step::BiasPer;
 use crate::spec::tensor::Layout;
 use serde::{Deserialize, Serialize};
+use std::sync::OnceLock;
 
 /// A strided copy of `count` elements: element `i` goes from `src + i*src_stride` to
 /// `dst + i*dst_stride` (in elements).
@@ -34,6 +35,82 @@ impl Run {
         }
     }
 }
+
+/// A list of runs as a plan keeps it: built once, copied every iteration. What a backend derives
+/// from the list ([`Derived`]) is worked out on first use and kept, so a copy of tens of
+/// thousands of runs costs the host nothing after its first.
+#[derive(Debug, Clone, Default)]
+pub struct Runs {
+    list: Vec<Run>,
+    derived: OnceLock<Derived>,
+}
+
+/// What a backend needs to know of a list of runs beyond the runs themselves.
+#[derive(Debug, Clone, Copy)]
+pub struct Derived {
+    /// The grids the runs make (see [`RunGrid::of`]).
+    pub grid: Option<RunGrid>,
+    /// The xxh3 hash of [`Runs::table`]'s bytes (in native order): the list's name in a cache.
+    pub key: u64,
+    /// The longest run's element count.
+    pub longest: usize,
+}
+
+impl Runs {
+    /// The grids, hash and longest run of the list, worked out once.
+    pub fn derived(&self) -> Derived {
+        *self.derived.get_or_init(|| {
+            let mut h = xxhash_rust::xxh3::Xxh3::new();
+            for x in self.table() {
+                h.update(&x.to_ne_bytes());
+            }
+            Derived {
+                grid: RunGrid::of(&self.list),
+                key: h.digest(),
+                longest: self.list.iter().map(|r| r.count).max().unwrap_or(0),
+            }
+        })
+    }
+
+    /// The runs as a table of u64s, five a run: source, destination, count, source stride,
+    /// destination stride.
+    pub fn table(&self) -> Vec<u64> {
+        self.list
+            .iter()
+            .flat_map(|r| [r.src, r.dst, r.count, r.src_stride, r.dst_stride].map(|x| x as u64))
+            .collect()
+    }
+}
+
+impl From<Vec<Run>> for Runs {
+    fn from(list: Vec<Run>) -> Self {
+        Runs {
+            list,
+            ..Runs::default()
+        }
+    }
+}
+
+impl From<Run> for Runs {
+    fn from(run: Run) -> Self {
+        Runs::from(vec![run])
+    }
+}
+
+impl std::ops::Deref for Runs {
+    type Target = [Run];
+    fn deref(&self) -> &[Run] {
+        &self.list
+    }
+}
+
+impl PartialEq for Runs {
+    fn eq(&self, other: &Self) -> bool {
+        self.list == other.list
+    }
+}
+
+impl Eq for Runs {}
 
 /// Runs that make a batch of 2-D grids (a transpose is one): run `p * rows + q` starts at
 /// `src + p * outer.0 + q * step.0` in the source and `dst + p * outer.1 + q * step.1` in the
@@ -272,7 +349,7 @@ impl<T: ?Sized> Bias<'_, T> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Run, RunGrid};
+    use super::{Run, RunGrid, Runs};
 
     fn run(src: usize, dst: usize, count: usize, strides: (usize, usize)) -> Run {
         Run {
@@ -282,6 +359,24 @@ mod tests {
             src_stride: strides.0,
             dst_stride: strides.1,
         }
+    }
+
+    #[test]
+    fn a_list_of_runs_keeps_what_it_derives() {
+        let list: Vec<Run> = (0..4).map(|j| run(j, 3 * j, 3, (4, 1))).collect();
+        let runs = Runs::from(list.clone());
+        let derived = runs.derived();
+        assert_eq!(derived.grid, RunGrid::of(&list));
+        assert_eq!(derived.longest, 3);
+        // The key is the hash of the table's bytes, as a device table of the same values has.
+        let bytes: Vec<u8> = runs.table().iter().flat_map(|x| x.to_ne_bytes()).collect();
+        assert_eq!(derived.key, xxhash_rust::xxh3::xxh3_64(&bytes));
+        assert_eq!(runs.table()[5..10], [1, 3, 3, 4, 1]);
+        // Another list has another key; the same list, the same.
+        let other = Runs::from(run(0, 0, 3, (4, 1)));
+        assert_ne!(other.derived().key, derived.key);
+        assert_eq!(Runs::from(list).derived().key, derived.key);
+        assert_eq!(other.derived().grid, None);
     }
 
     #[test]

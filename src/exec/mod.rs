@@ -423,7 +423,7 @@ fn settle<B: Backend>(b: &B, place: Option<B::Buf>, buf: B::Buf) -> Result<B::Bu
         return Ok(buf);
     };
     let all = crate::backend::work::Run::contiguous(0, 0, b.len(&buf));
-    b.copy_runs(&buf, &mut place, &[all], 1)?;
+    b.copy_runs(&buf, &mut place, &all.into(), 1)?;
     Ok(place)
 }
 

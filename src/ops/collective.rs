@@ -8,7 +8,7 @@ use super::exchange::Side;
 use super::movement::{Movement, Route, local_bytes, staged_bytes};
 use super::{Op, movement_check};
 use crate::backend::Backend;
-use crate::backend::work::Run;
+use crate::backend::work::{Run, Runs};
 use crate::dist::TensorState;
 use crate::exec::{StepRun, pick_via};
 use crate::plan::StepPlan;
@@ -305,7 +305,7 @@ pub enum Kernel {
     /// `counts[q]` elements.
     ReduceScatter {
         /// The packing.
-        runs: Option<Vec<Run>>,
+        runs: Option<Runs>,
         /// Every rank's block's elements.
         counts: Vec<usize>,
         /// The operator.
@@ -485,12 +485,12 @@ impl<B: Backend> Prepared<B> {
                 let copies: Vec<Run> = (0..send.iter().filter(|&&c| c > 0).count())
                     .map(|k| Run::contiguous(0, k * row, *row))
                     .collect();
-                b.copy_runs(input, staged, &copies, elem)?;
+                b.copy_runs(input, staged, &copies.into(), elem)?;
                 let (to, from) = (Parts::packed(send), Parts::packed(recv));
                 b.all_to_all_v(staged, &to, &mut self.out, &from, elem)?;
                 if *keep {
                     let own = Run::contiguous(0, 0, b.len(input) / elem);
-                    b.copy_runs(input, &mut self.out, &[own], elem)?;
+                    b.copy_runs(input, &mut self.out, &own.into(), elem)?;
                 }
             }
         }

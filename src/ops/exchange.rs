@@ -3,7 +3,7 @@
 //! into strided copy runs (pack into the send buffer, unpack from the receive buffer, and the
 //! rank's own part copied directly). Pure: no communication, no device.
 
-use crate::backend::work::Run;
+use crate::backend::work::{Run, Runs};
 use crate::dist::{Placement, TensorState};
 use crate::spec::tensor::{Distribution, Layout};
 
@@ -37,11 +37,11 @@ pub struct Exchange {
     /// Elements received from each rank (0 from itself).
     pub recv_counts: Vec<usize>,
     /// Local source piece -> send buffer (ordered by destination rank).
-    pub pack: Vec<Run>,
+    pub pack: Runs,
     /// Receive buffer (ordered by source rank) -> local destination piece.
-    pub unpack: Vec<Run>,
+    pub unpack: Runs,
     /// Local source piece -> local destination piece, for what the rank keeps.
-    pub local: Vec<Run>,
+    pub local: Runs,
     /// Where each destination's elements start in the source piece, when every destination's
     /// elements lie there contiguously in order (then nothing needs packing).
     pub direct_send: Option<Vec<usize>>,
@@ -433,6 +433,7 @@ impl Peers<'_, '_> {
         let (ranks, me) = (self.ranks, self.me);
         let mut direct = Some(vec![0; ranks as usize]);
         let mut next = 0;
+        let (mut local, mut pack) = (Vec::new(), Vec::new());
         for q in 0..ranks {
             if !sources(self.from.dist, q, ranks).contains(&me) {
                 continue;
@@ -449,19 +450,26 @@ impl Peers<'_, '_> {
                     Some(&dst),
                     &self.traverse,
                     &mut unused,
-                    &mut ex.local,
+                    &mut local,
                 );
             } else {
-                let (before, first_run) = (next, ex.pack.len());
-                let (traverse, pack) = (&self.traverse, &mut ex.pack);
-                runs(&common, Some(src), None, traverse, &mut next, pack);
+                let (before, first_run) = (next, pack.len());
+                runs(
+                    &common,
+                    Some(src),
+                    None,
+                    &self.traverse,
+                    &mut next,
+                    &mut pack,
+                );
                 ex.send_counts[q as usize] = next - before;
-                match (contiguous(&ex.pack[first_run..], true), direct.as_mut()) {
+                match (contiguous(&pack[first_run..], true), direct.as_mut()) {
                     (Some(at), Some(d)) => d[q as usize] = at,
                     _ => direct = None,
                 }
             }
         }
+        (ex.local, ex.pack) = (local.into(), pack.into());
         direct
     }
 
@@ -472,6 +480,7 @@ impl Peers<'_, '_> {
         let (ranks, me) = (self.ranks, self.me);
         let mut direct = Some(vec![0; ranks as usize]);
         let mut next = 0;
+        let mut unpack = Vec::new();
         for r in sources(self.from.dist, me, ranks) {
             if r == me {
                 continue;
@@ -480,15 +489,22 @@ impl Peers<'_, '_> {
                 continue;
             };
             let common = intersect(&src, dst);
-            let (before, first_run) = (next, ex.unpack.len());
-            let (traverse, unpack) = (&self.traverse, &mut ex.unpack);
-            runs(&common, None, Some(dst), traverse, &mut next, unpack);
+            let (before, first_run) = (next, unpack.len());
+            runs(
+                &common,
+                None,
+                Some(dst),
+                &self.traverse,
+                &mut next,
+                &mut unpack,
+            );
             ex.recv_counts[r as usize] = next - before;
-            match (contiguous(&ex.unpack[first_run..], false), direct.as_mut()) {
+            match (contiguous(&unpack[first_run..], false), direct.as_mut()) {
                 (Some(at), Some(d)) => d[r as usize] = at,
                 _ => direct = None,
             }
         }
+        ex.unpack = unpack.into();
         direct
     }
 }

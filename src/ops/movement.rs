@@ -198,7 +198,7 @@ impl Movement {
         // The own part: as the exchange would have carried it, or by its local runs.
         if self.own_in_exchange {
             let own = Run::contiguous(self.to.displs[me], self.from.displs[me], self.to.counts[me]);
-            b.copy_runs(source, out, &[own], elem)?;
+            b.copy_runs(source, out, &own.into(), elem)?;
         } else {
             b.copy_runs(src, out, &ex.local, elem)?;
         }

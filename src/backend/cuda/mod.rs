@@ -14,7 +14,7 @@ pub mod nvshmem;
 pub mod probe;
 
 use super::{Backend, Out, Puts, Rows};
-use crate::backend::work::{Addends, Phase, Run, RunGrid, View};
+use crate::backend::work::{Addends, Phase, Run, RunGrid, Runs, View};
 use crate::ops::checks::{Along, C, Dot, Gap, Lanes, Matrix};
 use crate::ops::sum::Sum;
 use crate::runtime::comm::{Group, Parts};
@@ -79,128 +79,104 @@ extern "C" __global__ void copy_runs(const unsigned char* src, unsigned char* ds
     }
 }
 
-// Runs that make a batch of 2-D grids (see `RunGrid`), copied in 32 x 32 tiles through shared
+// Runs that make a batch of 2-D grids (see `RunGrid`), copied in square tiles through shared
 // memory: each tile is read along whichever axis is contiguous in the source (the runs, `load_q`,
 // or a run's elements) and written along whichever is contiguous in the destination, so a
-// transpose reads and writes whole lines. g: start src, start dst, batches, outer src, outer dst,
-// rows, step src, step dst, count, stride src, stride dst (elements).
-template <typename T>
-__device__ void grid_tiles(const T* __restrict__ s, T* __restrict__ d,
-                           const unsigned long long* __restrict__ g, int load_q, int store_q,
-                           T* tile) {
-    typedef unsigned long long u64;
-    const u64 batches = g[2], outer_s = g[3], outer_d = g[4], rows = g[5], step_s = g[6],
-              step_d = g[7], count = g[8], stride_s = g[9], stride_d = g[10];
-    const u64 tq = (rows + 31) / 32, ti = (count + 31) / 32;
-    s += g[0];
-    d += g[1];
-    for (u64 p = blockIdx.z; p < batches; p += gridDim.z)
-    for (u64 bq = blockIdx.x; bq < tq; bq += gridDim.x)
-    for (u64 bi = blockIdx.y; bi < ti; bi += gridDim.y) {
-        const T* sp = s + p * outer_s;
-        T* dp = d + p * outer_d;
-        const u64 q0 = bq * 32, i0 = bi * 32;
-        for (unsigned int j = threadIdx.y; j < 32; j += blockDim.y) {
-            unsigned int tq_ = load_q ? threadIdx.x : j, ti_ = load_q ? j : threadIdx.x;
-            u64 q = q0 + tq_, i = i0 + ti_;
-            if (q < rows && i < count) tile[tq_ * 33 + ti_] = sp[q * step_s + i * stride_s];
-        }
-        __syncthreads();
-        for (unsigned int j = threadIdx.y; j < 32; j += blockDim.y) {
-            unsigned int tq_ = store_q ? threadIdx.x : j, ti_ = store_q ? j : threadIdx.x;
-            u64 q = q0 + tq_, i = i0 + ti_;
-            if (q < rows && i < count) dp[q * step_d + i * stride_d] = tile[tq_ * 33 + ti_];
-        }
-        __syncthreads();
-    }
-}
+// transpose reads and writes whole lines. Elements (E) move V at a time as one word (W) on each
+// side where the host found every word aligned (`wide`; V = 1 otherwise): tiles of T = 32 V
+// elements square, blocks of 32 x 8 threads, each thread loading its T / 8 words into registers
+// before any lands in the tile (so all are in flight at once), and a line's last partial word
+// moving element by element. The grid comes by value, so a block's first load waits on nothing.
+struct Grid {
+    unsigned long long start_s, start_d, batches, outer_s, outer_d, rows, step_s, step_d, count,
+        stride_s, stride_d;
+};
 
-extern "C" __global__ void copy_grid(const unsigned char* src, unsigned char* dst,
-                                     const unsigned long long* g, unsigned long long elem,
-                                     int load_q, int store_q) {
-    // One tile of the largest element; the smaller ones use its start.
-    __shared__ uint4 tile[32 * 33];
-    typedef unsigned short u16;
-    typedef unsigned int u32;
-    typedef unsigned long long u64;
-    switch (elem) {
-    case 1: grid_tiles(src, dst, g, load_q, store_q, (unsigned char*)tile); break;
-    case 2: grid_tiles((const u16*)src, (u16*)dst, g, load_q, store_q, (u16*)tile); break;
-    case 4: grid_tiles((const u32*)src, (u32*)dst, g, load_q, store_q, (u32*)tile); break;
-    case 8: grid_tiles((const u64*)src, (u64*)dst, g, load_q, store_q, (u64*)tile); break;
-    case 16: grid_tiles((const uint4*)src, (uint4*)dst, g, load_q, store_q, tile); break;
-    }
-}
-
-// The same grids of 1- or 2-byte elements (E), moved a 32-bit word (W, V elements) at a time on
-// each side: tiles of T = 32 V elements square, each thread loading V elements that lie next to
-// each other along the source's contiguous axis and storing V along the destination's (the
-// host launches it only where both sides' words are 4-byte aligned). A line's last partial word
-// moves element by element.
 template <typename E, typename W, int V>
-__device__ void narrow_tiles(const E* __restrict__ s, E* __restrict__ d,
-                             const unsigned long long* __restrict__ g, int load_q, int store_q,
-                             E* tile) {
+__device__ __forceinline__ void grid_tiles(const E* __restrict__ s, E* __restrict__ d,
+                                           const Grid& g, int load_q, int store_q, E* tile) {
     typedef unsigned long long u64;
-    const unsigned int T = 32 * V, P = 32 * V + 1;
-    const u64 batches = g[2], outer_s = g[3], outer_d = g[4], rows = g[5], step_s = g[6],
-              step_d = g[7], count = g[8], stride_s = g[9], stride_d = g[10];
-    const u64 tq = (rows + T - 1) / T, ti = (count + T - 1) / T;
+    constexpr unsigned int T = 32 * V, P = T + 1, N = T / 8;
+    const u64 tq = (g.rows + T - 1) / T, ti = (g.count + T - 1) / T;
     const unsigned int c0 = threadIdx.x * V;
-    s += g[0];
-    d += g[1];
-    for (u64 p = blockIdx.z; p < batches; p += gridDim.z)
+    s += g.start_s;
+    d += g.start_d;
+    for (u64 p = blockIdx.z; p < g.batches; p += gridDim.z)
     for (u64 bq = blockIdx.x; bq < tq; bq += gridDim.x)
     for (u64 bi = blockIdx.y; bi < ti; bi += gridDim.y) {
-        const E* sp = s + p * outer_s;
-        E* dp = d + p * outer_d;
         const u64 q0 = bq * T, i0 = bi * T;
-        for (unsigned int j = threadIdx.y; j < T; j += blockDim.y) {
-            unsigned int tq_ = load_q ? c0 : j, ti_ = load_q ? j : c0;
-            u64 q = q0 + tq_, i = i0 + ti_;
-            if (q >= rows || i >= count) continue;
-            u64 left = load_q ? rows - q : count - i;
-            const E* from = sp + q * step_s + i * stride_s;
-            unsigned int at = tq_ * P + ti_, next = load_q ? P : 1;
-            if (left >= V) {
-                W w = *(const W*)from;
-                for (int v = 0; v < V; v++) tile[at + v * next] = (E)(w >> (8 * sizeof(E) * v));
+        const E* sp = s + p * g.outer_s + q0 * g.step_s + i0 * g.stride_s;
+        E* dp = d + p * g.outer_d + q0 * g.step_d + i0 * g.stride_d;
+        const u64 lim_q = g.rows - q0, lim_i = g.count - i0;
+        W w[N];
+#pragma unroll
+        for (unsigned int n = 0; n < N; n++) {
+            const unsigned int j = threadIdx.y + 8 * n;
+            const unsigned int tq_ = load_q ? c0 : j, ti_ = load_q ? j : c0;
+            if (tq_ < lim_q && ti_ < lim_i && (load_q ? lim_q - tq_ : lim_i - ti_) >= V)
+                w[n] = *(const W*)(sp + tq_ * g.step_s + ti_ * g.stride_s);
+        }
+#pragma unroll
+        for (unsigned int n = 0; n < N; n++) {
+            const unsigned int j = threadIdx.y + 8 * n;
+            const unsigned int tq_ = load_q ? c0 : j, ti_ = load_q ? j : c0;
+            if (tq_ >= lim_q || ti_ >= lim_i) continue;
+            const unsigned int at = tq_ * P + ti_;
+            if constexpr (V == 1) {
+                tile[at] = w[n];
             } else {
-                for (unsigned int v = 0; v < left; v++) tile[at + v * next] = from[v];
+                const u64 left = load_q ? lim_q - tq_ : lim_i - ti_;
+                const unsigned int next = load_q ? P : 1;
+                if (left >= V) {
+#pragma unroll
+                    for (int v = 0; v < V; v++) tile[at + v * next] = (E)(w[n] >> (8 * sizeof(E) * v));
+                } else {
+                    const E* from = sp + tq_ * g.step_s + ti_ * g.stride_s;
+                    for (unsigned int v = 0; v < left; v++) tile[at + v * next] = from[v];
+                }
             }
         }
         __syncthreads();
-        for (unsigned int j = threadIdx.y; j < T; j += blockDim.y) {
-            unsigned int tq_ = store_q ? c0 : j, ti_ = store_q ? j : c0;
-            u64 q = q0 + tq_, i = i0 + ti_;
-            if (q >= rows || i >= count) continue;
-            u64 left = store_q ? rows - q : count - i;
-            E* to = dp + q * step_d + i * stride_d;
-            unsigned int at = tq_ * P + ti_, next = store_q ? P : 1;
-            if (left >= V) {
-                W w = 0;
-                for (int v = 0; v < V; v++) w |= (W)tile[at + v * next] << (8 * sizeof(E) * v);
-                *(W*)to = w;
+#pragma unroll
+        for (unsigned int n = 0; n < N; n++) {
+            const unsigned int j = threadIdx.y + 8 * n;
+            const unsigned int tq_ = store_q ? c0 : j, ti_ = store_q ? j : c0;
+            if (tq_ >= lim_q || ti_ >= lim_i) continue;
+            E* to = dp + tq_ * g.step_d + ti_ * g.stride_d;
+            const unsigned int at = tq_ * P + ti_;
+            if constexpr (V == 1) {
+                *to = tile[at];
             } else {
-                for (unsigned int v = 0; v < left; v++) to[v] = tile[at + v * next];
+                const u64 left = store_q ? lim_q - tq_ : lim_i - ti_;
+                const unsigned int next = store_q ? P : 1;
+                if (left >= V) {
+                    W word = 0;
+#pragma unroll
+                    for (int v = 0; v < V; v++) word |= (W)tile[at + v * next] << (8 * sizeof(E) * v);
+                    *(W*)to = word;
+                } else {
+                    for (unsigned int v = 0; v < left; v++) to[v] = tile[at + v * next];
+                }
             }
         }
         __syncthreads();
     }
 }
 
-extern "C" __global__ void copy_grid_narrow(const unsigned char* src, unsigned char* dst,
-                                            const unsigned long long* g, unsigned long long elem,
-                                            int load_q, int store_q) {
-    __shared__ unsigned int tile[(128 * 129 + 3) / 4];
-    if (elem == 1)
-        narrow_tiles<unsigned char, unsigned int, 4>(src, dst, g, load_q, store_q,
-                                                     (unsigned char*)tile);
-    else
-        narrow_tiles<unsigned short, unsigned int, 2>((const unsigned short*)src,
-                                                      (unsigned short*)dst, g, load_q, store_q,
-                                                      (unsigned short*)tile);
-}
+// One kernel per element size (each keeps its own registers): copy_grid_<bytes>, taking words
+// of W (V elements) where `wide`, else one element at a time.
+#define COPY_GRID(BYTES, E, W, V)                                                                \
+    extern "C" __global__ void __launch_bounds__(256)                                            \
+        copy_grid_##BYTES(const E* src, E* dst, Grid g, int load_q, int store_q, int wide) {    \
+        __shared__ E tile[32 * V * (32 * V + 1)];                                                \
+        if (V > 1 && wide) grid_tiles<E, W, V>(src, dst, g, load_q, store_q, tile);              \
+        else grid_tiles<E, E, 1>(src, dst, g, load_q, store_q, tile);                            \
+    }
+COPY_GRID(1, unsigned char, unsigned int, 4)
+COPY_GRID(2, unsigned short, unsigned int, 2)
+COPY_GRID(4, unsigned int, unsigned long long, 2)
+COPY_GRID(8, unsigned long long, unsigned long long, 1)
+COPY_GRID(16, uint4, uint4, 1)
 
 // The product over `ranks` gathered arrays of n complex values (float2 or double2), elements
 // first..first + count, in rank order, in double precision.
@@ -225,14 +201,24 @@ extern "C" __global__ void complex_product(const void* all, void* out, int f64,
 }
 "#;
 
-/// Whether grids of 1- or 2-byte elements can move a 32-bit word at a time on both sides (the
-/// narrow tile kernel): each side contiguous along its runs or along their elements, and every
-/// word it moves 4-byte aligned (`ptrs`: the buffers' addresses).
-fn narrow_words(g: &RunGrid, elem: usize, ptrs: (u64, u64)) -> bool {
-    if !matches!(elem, 1 | 2) {
-        return false;
+/// The elements a tile kernel moves as one word on each side where `wide_words` allows: four of
+/// 1 byte or two of 2 in 32 bits, two of 4 in 64; none for wider elements.
+fn word_elements(elem: usize) -> Option<usize> {
+    match elem {
+        1 => Some(4),
+        2 | 4 => Some(2),
+        _ => None,
     }
-    let v = 4 / elem;
+}
+
+/// Whether grids of 1-, 2- or 4-byte elements can move a word of several at a time on both
+/// sides (see [`word_elements`]): each side contiguous along its runs or along their elements,
+/// and every word it moves aligned to its size (`ptrs`: the buffers' addresses).
+fn wide_words(g: &RunGrid, elem: usize, ptrs: (u64, u64)) -> bool {
+    let Some(v) = word_elements(elem) else {
+        return false;
+    };
+    let word = (v * elem) as u64;
     // Where the words start: the grid's start, each grid's, and each line across the
     // contiguous axis must be whole words apart.
     let side = |start: usize, outer: usize, step: usize, stride: usize, ptr: u64| {
@@ -241,7 +227,7 @@ fn narrow_words(g: &RunGrid, elem: usize, ptrs: (u64, u64)) -> bool {
             (s, 1) => s,
             _ => return false,
         };
-        ptr.is_multiple_of(4)
+        ptr.is_multiple_of(word)
             && start.is_multiple_of(v)
             && (g.batches <= 1 || outer.is_multiple_of(v))
             && line.is_multiple_of(v)
@@ -249,6 +235,14 @@ fn narrow_words(g: &RunGrid, elem: usize, ptrs: (u64, u64)) -> bool {
     side(g.start.0, g.outer.0, g.step.0, g.strides.0, ptrs.0)
         && side(g.start.1, g.outer.1, g.step.1, g.strides.1, ptrs.1)
 }
+
+/// A [`RunGrid`] as the tile kernels take it, by value: starts, batches, outer steps, rows, steps,
+/// count and strides (source then destination), in elements.
+#[repr(C)]
+struct GridArg([u64; 11]);
+
+// SAFETY: eleven u64s, laid out as the kernels' `Grid`.
+unsafe impl cudarc::driver::DeviceRepr for GridArg {}
 
 /// The parts of a start-up and their times.
 struct Clock {
@@ -335,8 +329,8 @@ fn versions(nvshmem: Option<String>) -> String {
 /// The NVRTC kernels of the backend, compiled once per rank.
 struct Kernels {
     copy: CudaFunction,
-    copy_grid: CudaFunction,
-    copy_grid_narrow: CudaFunction,
+    /// copy_grid_<bytes> for elements of 1, 2, 4, 8 and 16 bytes, in that order.
+    copy_grid: [CudaFunction; 5],
     finish: CudaFunction,
     conj_copy: CudaFunction,
     scale_f32: CudaFunction,
@@ -356,8 +350,12 @@ impl Kernels {
         let module = load_module(ctx, source, opts, "the backend's kernels")?;
         Ok(Kernels {
             copy: module.load_function("copy_runs")?,
-            copy_grid: module.load_function("copy_grid")?,
-            copy_grid_narrow: module.load_function("copy_grid_narrow")?,
+            copy_grid: [1, 2, 4, 8, 16]
+                .map(|bytes| module.load_function(&format!("copy_grid_{bytes}")))
+                .into_iter()
+                .collect::<Result<Vec<_>, _>>()?
+                .try_into()
+                .map_err(|_| anyhow!("five grid kernels"))?,
             finish: module.load_function("finish")?,
             conj_copy: module.load_function("conj_copy")?,
             scale_f32: module.load_function("scale_f32")?,
@@ -611,26 +609,32 @@ impl<'a> Cuda<'a> {
     /// Copies runs that make grids (see [`RunGrid`]) in tiles, each read and written along the
     /// axis that is contiguous on its side (elements of 1, 2, 4, 8 or 16 bytes).
     fn copy_grid(&self, src: &DevBuf, dst: &mut DevBuf, g: &RunGrid, elem: usize) -> Result<()> {
-        let table = [
-            g.start.0,
-            g.start.1,
-            g.batches,
-            g.outer.0,
-            g.outer.1,
-            g.rows,
-            g.step.0,
-            g.step.1,
-            g.count,
-            g.strides.0,
-            g.strides.1,
-        ]
-        .map(|x| x as u64);
-        let table = self.device_table(&table)?;
+        let grid = GridArg(
+            [
+                g.start.0,
+                g.start.1,
+                g.batches,
+                g.outer.0,
+                g.outer.1,
+                g.rows,
+                g.step.0,
+                g.step.1,
+                g.count,
+                g.strides.0,
+                g.strides.1,
+            ]
+            .map(|x| x as u64),
+        );
         // Along the runs where they follow each other and a run's elements do not.
         let load_q = i32::from(g.step.0 == 1 && g.strides.0 != 1);
         let store_q = i32::from(g.step.1 == 1 && g.strides.1 != 1);
-        let narrow = narrow_words(g, elem, (self.ptr(src), self.ptr(dst)));
-        let side = if narrow { 32 * 4 / elem } else { 32 };
+        let wide = wide_words(g, elem, (self.ptr(src), self.ptr(dst)));
+        let side = 32
+            * if wide {
+                word_elements(elem).unwrap_or(1)
+            } else {
+                1
+            };
         let tiles = |n: usize| n.div_ceil(side).clamp(1, 65535) as u32;
         let cfg = LaunchConfig {
             grid_dim: (
@@ -641,19 +645,16 @@ impl<'a> Cuda<'a> {
             block_dim: (32, 8, 1),
             shared_mem_bytes: 0,
         };
-        let elem = elem as u64;
-        let kernel = match narrow {
-            true => &self.kernels.copy_grid_narrow,
-            false => &self.kernels.copy_grid,
-        };
+        let kernel = &self.kernels.copy_grid[elem.trailing_zeros() as usize];
+        let wide = i32::from(wide);
         let mut launch = self.st().launch_builder(kernel);
         launch
             .arg(&*src.data)
             .arg(&mut *dst.data)
-            .arg(&table)
-            .arg(&elem)
+            .arg(&grid)
             .arg(&load_q)
-            .arg(&store_q);
+            .arg(&store_q)
+            .arg(&wide);
         // SAFETY: the grid's runs stay inside both buffers (the exchange plans size them).
         unsafe { launch.launch(cfg) }?;
         Ok(())
@@ -668,11 +669,17 @@ impl<'a> Cuda<'a> {
             std::slice::from_raw_parts(values.as_ptr() as *const u8, std::mem::size_of_val(values))
         };
         let key = (xxhash_rust::xxh3::xxh3_64(bytes), values.len());
+        self.keyed_table(key, || values.to_vec())
+    }
+
+    /// [`Cuda::device_table`] for a table whose key (the hash of its bytes and its length) the
+    /// caller knows: `values` is called only the first time.
+    fn keyed_table(&self, key: (u64, usize), values: impl FnOnce() -> Vec<u64>) -> Result<u64> {
         let mut tables = self.tables.borrow_mut();
         let table = match tables.entry(key) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => {
-                let on_gpu = self.st().clone_htod(values)?;
+                let on_gpu = self.st().clone_htod(&values())?;
                 // Complete before any stream uses it (it may be uploaded on the side stream).
                 self.st().synchronize()?;
                 e.insert(on_gpu)
@@ -752,7 +759,7 @@ impl Cuda<'_> {
         if self.nccl.is_some() {
             return Ok(false);
         }
-        self.copy_runs(src, dst, &[Run::contiguous(from, to, bytes)], 1)?;
+        self.copy_runs(src, dst, &Run::contiguous(from, to, bytes).into(), 1)?;
         Ok(true)
     }
 
@@ -958,7 +965,7 @@ impl Backend for Cuda<'_> {
         &self,
         src: &Self::Buf,
         dst: &mut Self::Buf,
-        runs: &[Run],
+        runs: &Runs,
         elem: usize,
     ) -> Result<()> {
         if runs.is_empty() {
@@ -967,7 +974,7 @@ impl Backend for Cuda<'_> {
         // One contiguous run goes to the copy engines; several runs to the kernel, which moved
         // MiB-sized runs 2-3x faster than a copy-engine copy per run (bench/RESULTS.md, FFT
         // transposes) and leaves the copy engines to puts.
-        if let [r] = runs
+        if let [r] = &runs[..]
             && (r.count <= 1 || (r.src_stride == 1 && r.dst_stride == 1))
         {
             if r.count > 0 {
@@ -977,18 +984,14 @@ impl Backend for Cuda<'_> {
             }
             return Ok(());
         }
-        if let Some(grid) = RunGrid::of(runs).filter(|g| g.strides != (1, 1))
+        let derived = runs.derived();
+        if let Some(grid) = derived.grid.filter(|g| g.strides != (1, 1))
             && matches!(elem, 1 | 2 | 4 | 8 | 16)
         {
             return self.copy_grid(src, dst, &grid, elem);
         }
-        let table: Vec<u64> = runs
-            .iter()
-            .flat_map(|r| [r.src, r.dst, r.count, r.src_stride, r.dst_stride].map(|x| x as u64))
-            .collect();
-        let table = self.device_table(&table)?;
-        let longest = runs.iter().map(|r| r.count * elem).max().unwrap_or(0);
-        let chunks = longest.div_ceil(65536).clamp(1, 1024) as u32;
+        let table = self.keyed_table((derived.key, runs.len() * 5), || runs.table())?;
+        let chunks = (derived.longest * elem).div_ceil(65536).clamp(1, 1024) as u32;
         let (n, elem) = (runs.len() as u64, elem as u64);
         let cfg = LaunchConfig {
             grid_dim: (runs.len().min(65535) as u32, chunks, 1),
@@ -1405,7 +1408,7 @@ impl Backend for Cuda<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::narrow_words;
+    use super::wide_words;
     use crate::backend::work::{Run, RunGrid};
 
     /// The grid of an R x C matrix from C to F order (one run per column).
@@ -1423,17 +1426,23 @@ mod tests {
     }
 
     #[test]
-    fn narrow_words_need_aligned_lines_on_both_sides() {
+    fn wide_words_need_aligned_lines_on_both_sides() {
         let aligned = (256, 512);
-        // 16 x 16 bytes: every line starts on a word, on both sides.
-        assert!(narrow_words(&transpose(16, 16, 0), 1, aligned));
-        assert!(narrow_words(&transpose(16, 16, 0), 2, aligned));
-        // Columns of 6 elements: 12 bytes in u16 are whole words, 6 in u8 are not.
-        assert!(narrow_words(&transpose(6, 16, 0), 2, aligned));
-        assert!(!narrow_words(&transpose(6, 16, 0), 1, aligned));
+        // 16 x 16 elements: every line starts on a word, on both sides.
+        for elem in [1, 2, 4] {
+            assert!(wide_words(&transpose(16, 16, 0), elem, aligned), "{elem}");
+        }
+        // Columns of 6 elements: pairs of u16 or u32 are whole words, 6 u8 are not 4 bytes' worth.
+        assert!(wide_words(&transpose(6, 16, 0), 2, aligned));
+        assert!(wide_words(&transpose(6, 16, 0), 4, aligned));
+        assert!(!wide_words(&transpose(6, 16, 0), 1, aligned));
         // A start or a buffer off a word, and wider elements, go the other way.
-        assert!(!narrow_words(&transpose(16, 16, 1), 1, aligned));
-        assert!(!narrow_words(&transpose(16, 16, 0), 1, (256, 514)));
-        assert!(!narrow_words(&transpose(16, 16, 0), 4, aligned));
+        assert!(!wide_words(&transpose(16, 16, 1), 1, aligned));
+        assert!(!wide_words(&transpose(16, 16, 1), 4, aligned));
+        assert!(!wide_words(&transpose(16, 16, 0), 1, (256, 514)));
+        // u32 words are 8 bytes: a buffer 4 bytes off one takes one element a word.
+        assert!(wide_words(&transpose(16, 16, 0), 2, (256, 516)));
+        assert!(!wide_words(&transpose(16, 16, 0), 4, (256, 516)));
+        assert!(!wide_words(&transpose(16, 16, 0), 8, aligned));
     }
 }

@@ -14,7 +14,7 @@ use super::batched::{Put, batch_count, planes, slab_room, split};
 use crate::backend::work::Phase;
 use crate::backend::{Backend, Puts, Rows};
 use crate::dist::TensorState;
-use crate::backend::work::Run;
+use crate::backend::work::{Run, Runs};
 use crate::ops::movement::Route;
 use crate::runtime::comm::Parts;
 use crate::spec::tensor::DType;
@@ -25,13 +25,13 @@ struct Batch {
     /// The second phase on this batch's rows (None for a rank with none).
     phase: Option<Phase>,
     /// The rank's own part, straight into the result.
-    own: Vec<Run>,
+    own: Runs,
     /// By NCCL: packing, the all-to-all (elements to and from each rank in the send and receive
     /// buffers), unpacking into the result.
-    pack: Vec<Run>,
+    pack: Runs,
     to: Parts,
     from: Parts,
-    unpack: Vec<Run>,
+    unpack: Runs,
     /// By puts from the second phase's output into each peer's result (where it is symmetric).
     puts: Vec<Put>,
 }
@@ -79,13 +79,14 @@ impl Grid {
         let run = |src, dst, rows: usize| Run::contiguous(src, dst, rows * rest);
         let mut batch = Batch {
             phase: (hi > lo).then(|| phase2.on_rows(lo, hi)).flatten(),
-            own: Vec::new(),
-            pack: Vec::new(),
+            own: Runs::default(),
+            pack: Runs::default(),
             to: Parts::packed(&vec![0; ranks]),
             from: Parts::packed(&vec![0; ranks]),
-            unpack: Vec::new(),
+            unpack: Runs::default(),
             puts: Vec::new(),
         };
+        let (mut pack, mut unpack) = (Vec::new(), Vec::new());
         let (mut sent, mut received) = (0, 0);
         // Peers in ring order from this rank (puts start as a permutation).
         for q in (0..ranks).map(|i| (me + i) % ranks) {
@@ -94,7 +95,8 @@ impl Grid {
             if q == me {
                 batch.own = (x0..x0 + planes_q)
                     .map(|x| run(src(x), ((x - x0) * n1 + y0 + lo) * rest, hi - lo))
-                    .collect();
+                    .collect::<Vec<_>>()
+                    .into();
                 continue;
             }
             if can_put && hi > lo {
@@ -112,22 +114,21 @@ impl Grid {
             }
             // To q: its planes of this batch's rows, plane after plane.
             let line = (hi - lo) * rest;
-            batch
-                .pack
-                .extend((0..planes_q).map(|i| run(src(x0 + i), sent + i * line, hi - lo)));
+            pack.extend((0..planes_q).map(|i| run(src(x0 + i), sent + i * line, hi - lo)));
             (batch.to.counts[q], batch.to.displs[q]) = (planes_q * line, sent);
             sent += planes_q * line;
             // From q: this rank's planes of q's batch rows, into q's rows here.
             let (qlo, qhi) = planes(ys[q].1, k, n);
             let line = (qhi - qlo) * rest;
             let my_planes = xs[me].1;
-            batch.unpack.extend((0..my_planes).map(|x| {
+            unpack.extend((0..my_planes).map(|x| {
                 let dst = (x * n1 + ys[q].0 + qlo) * rest;
                 run(received + x * line, dst, qhi - qlo)
             }));
             (batch.from.counts[q], batch.from.displs[q]) = (my_planes * line, received);
             received += my_planes * line;
         }
+        (batch.pack, batch.unpack) = (pack.into(), unpack.into());
         batch
     }
 }
@@ -202,7 +203,7 @@ impl<B: Backend> BatchedBack<B> {
                 b.fft(precision, phase, (moved, 0), (&mut *after2, 0))?;
             }
             let after2 = &*after2;
-            let parts = (&batch.own[..], &batch.puts[..]);
+            let parts = (&batch.own, &batch.puts[..]);
             last = Some(route.move_batch(b, after2, out, parts, elem, &mut |out| {
                 b.copy_runs(after2, send, &batch.pack, elem)?;
                 b.all_to_all_v(send, &batch.to, recv, &batch.from, elem)?;

@@ -15,7 +15,7 @@ use crate::backend::work::{AxisOp, Phase};
 use crate::backend::{Backend, Puts, Rows, puts_of};
 use crate::dist::Placement;
 use crate::dist::TensorState;
-use crate::backend::work::Run;
+use crate::backend::work::{Run, Runs};
 use crate::ops::movement::Route;
 use crate::runtime::comm::Parts;
 use crate::spec::tensor::{DType, Distribution};
@@ -43,10 +43,10 @@ struct Batch {
     phase: Phase,
     at: (usize, usize),
     /// The rank's own part, straight into the result.
-    own: Vec<Run>,
+    own: Runs,
     /// By NCCL: packing into the send buffer, then an all-to-all: elements to each rank (in
     /// the send buffer) and from each rank (in the result).
-    pack: Vec<Run>,
+    pack: Runs,
     to: Parts,
     from: Parts,
     /// By puts from the first phase's output into each peer's result (where it is symmetric).
@@ -106,7 +106,7 @@ impl Route {
         b: &B,
         src: &B::Buf,
         out: &mut B::Buf,
-        (own, puts): (&[Run], &[Put]),
+        (own, puts): (&Runs, &[Put]),
         elem: usize,
         nccl: &mut dyn FnMut(&mut B::Buf) -> Result<()>,
     ) -> Result<B::Mark> {
@@ -245,8 +245,8 @@ impl Grid {
         Batch {
             phase,
             at: (lo * self.in_plane, lo * n1 * inner * elem),
-            own,
-            pack,
+            own: own.into(),
+            pack: pack.into(),
             to,
             from,
             puts: put,
@@ -342,7 +342,7 @@ impl<B: Backend> Batched<B> {
                 )?;
             }
             let after1 = &*after1;
-            let parts = (&batch.own[..], &batch.puts[..]);
+            let parts = (&batch.own, &batch.puts[..]);
             last = Some(route.move_batch(b, after1, out, parts, elem, &mut |out| {
                 b.copy_runs(after1, send, &batch.pack, elem)?;
                 b.all_to_all_v(send, &batch.to, out, &batch.from, elem)

@@ -353,8 +353,8 @@ impl<B: Backend> PreparedMatmul<B> {
         let compute = local::compute_dtype(dtype);
         if c.is_none() && bias.is_none() && self.step.epilog.is_none() && compute == dtype {
             // The product is the result: copy it as it is.
-            let all = [Run::contiguous(0, 0, b.len(product) / dtype.size() as usize)];
-            return b.copy_runs(product, &mut self.natural, &all, dtype.size() as usize);
+            let all = Run::contiguous(0, 0, b.len(product) / dtype.size() as usize);
+            return b.copy_runs(product, &mut self.natural, &all.into(), dtype.size() as usize);
         }
         let add = Addends { c, bias };
         let (cols, epilog) = (self.columns.len(), self.step.epilog);
