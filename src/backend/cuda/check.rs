@@ -361,13 +361,18 @@ pub struct CheckKernels {
 }
 
 impl CheckKernels {
-    fn compile(ctx: &Arc<CudaContext>) -> Result<Self> {
+    /// The check kernels' source and NVRTC options (the architecture left to `load_module`).
+    pub(super) fn module() -> (String, CompileOptions) {
         let opts = CompileOptions {
             fmad: Some(false),
             name: Some("distrun_check.cu".into()),
             ..Default::default()
         };
-        let source = [fill::COMMON, blas::ELEMENTS, KERNELS].concat();
+        ([fill::COMMON, blas::ELEMENTS, KERNELS].concat(), opts)
+    }
+
+    fn compile(ctx: &Arc<CudaContext>) -> Result<Self> {
+        let (source, opts) = Self::module();
         let m = super::load_module(ctx, source, opts, "check kernels")?;
         Ok(CheckKernels {
             fingerprint: m.load_function("fingerprint")?,

@@ -387,6 +387,20 @@ pub(super) fn table(map: &IndexMap) -> Vec<u64> {
 /// The top bit of a table offset: the axis's terms are a range (see [`table`]).
 const RANGE: u64 = 1 << 63;
 
+/// The fill kernel's source and NVRTC options (the architecture left to `load_module`): exact
+/// IEEE arithmetic, so the values match the CPU's.
+pub(super) fn module() -> (String, CompileOptions) {
+    let opts = CompileOptions {
+        fmad: Some(false),
+        ftz: Some(false),
+        prec_div: Some(true),
+        prec_sqrt: Some(true),
+        name: Some("distrun_fill.cu".into()),
+        ..Default::default()
+    };
+    ([COMMON, KERNEL].concat(), opts)
+}
+
 /// The fill kernel of the process's GPU context: compiled and loaded once, reloaded only if the
 /// stream belongs to another context.
 fn kernel(stream: &Arc<CudaStream>) -> Result<CudaFunction> {
@@ -398,15 +412,8 @@ fn kernel(stream: &Arc<CudaStream>) -> Result<CudaFunction> {
     {
         return Ok(f.clone());
     }
-    let opts = CompileOptions {
-        fmad: Some(false),
-        ftz: Some(false),
-        prec_div: Some(true),
-        prec_sqrt: Some(true),
-        name: Some("distrun_fill.cu".into()),
-        ..Default::default()
-    };
-    let module = super::load_module(ctx, [COMMON, KERNEL].concat(), opts, "init fill kernel")?;
+    let (source, opts) = module();
+    let module = super::load_module(ctx, source, opts, "init fill kernel")?;
     let function = module.load_function("fill")?;
     *loaded = Some((ctx.clone(), function.clone()));
     Ok(function)

@@ -165,18 +165,22 @@ __device__ __forceinline__ void grid_tiles(const E* __restrict__ s, E* __restric
 
 // One kernel per element size (each keeps its own registers): copy_grid_<bytes>, taking words
 // of W (V elements) where `wide`, else one element at a time.
-#define COPY_GRID(BYTES, E, W, V)                                                                \
-    extern "C" __global__ void __launch_bounds__(256)                                            \
+// MINB (empty, or COMMA and the blocks an SM must hold) caps the registers: the 2- and 4-byte
+// kernels left to themselves take too many to run three blocks an SM, and move 77-86% of the
+// copy bandwidth instead of 95-98% (bench/RESULTS.md, 2026-11-26).
+#define COMMA ,
+#define COPY_GRID(BYTES, E, W, V, MINB)                                                          \
+    extern "C" __global__ void __launch_bounds__(256 MINB)                                       \
         copy_grid_##BYTES(const E* src, E* dst, Grid g, int load_q, int store_q, int wide) {    \
         __shared__ E tile[32 * V * (32 * V + 1)];                                                \
         if (V > 1 && wide) grid_tiles<E, W, V>(src, dst, g, load_q, store_q, tile);              \
         else grid_tiles<E, E, 1>(src, dst, g, load_q, store_q, tile);                            \
     }
-COPY_GRID(1, unsigned char, unsigned int, 4)
-COPY_GRID(2, unsigned short, unsigned int, 2)
-COPY_GRID(4, unsigned int, unsigned long long, 2)
-COPY_GRID(8, unsigned long long, unsigned long long, 1)
-COPY_GRID(16, uint4, uint4, 1)
+COPY_GRID(1, unsigned char, unsigned int, 4, )
+COPY_GRID(2, unsigned short, unsigned long long, 4, COMMA 3)
+COPY_GRID(4, unsigned int, unsigned long long, 2, COMMA 3)
+COPY_GRID(8, unsigned long long, unsigned long long, 1, )
+COPY_GRID(16, uint4, uint4, 1, )
 
 // The product over `ranks` gathered arrays of n complex values (float2 or double2), elements
 // first..first + count, in rank order, in double precision.
@@ -202,11 +206,11 @@ extern "C" __global__ void complex_product(const void* all, void* out, int f64,
 "#;
 
 /// The elements a tile kernel moves as one word on each side where `wide_words` allows: four of
-/// 1 byte or two of 2 in 32 bits, two of 4 in 64; none for wider elements.
+/// 1 byte in 32 bits, four of 2 or two of 4 in 64; none for wider elements.
 fn word_elements(elem: usize) -> Option<usize> {
     match elem {
-        1 => Some(4),
-        2 | 4 => Some(2),
+        1 | 2 => Some(4),
+        4 => Some(2),
         _ => None,
     }
 }
@@ -342,11 +346,16 @@ struct Kernels {
 }
 
 impl Kernels {
-    /// Compiles the backend's kernels (this module's, blas.rs's and fft.rs's) for `ctx`'s GPU
-    /// and loads them.
-    fn compile(ctx: &Arc<CudaContext>) -> Result<Self> {
+    /// The source of the backend's kernels (this module's, blas.rs's and fft.rs's) and its
+    /// NVRTC options (the architecture left to `load_module`).
+    fn module() -> (String, cudarc::nvrtc::CompileOptions) {
         let source = [KERNELS, blas::ELEMENTS, blas::KERNELS, fft::KERNELS].concat();
-        let opts = cudarc::nvrtc::CompileOptions::default();
+        (source, cudarc::nvrtc::CompileOptions::default())
+    }
+
+    /// Compiles the backend's kernels for `ctx`'s GPU and loads them.
+    fn compile(ctx: &Arc<CudaContext>) -> Result<Self> {
+        let (source, opts) = Self::module();
         let module = load_module(ctx, source, opts, "the backend's kernels")?;
         Ok(Kernels {
             copy: module.load_function("copy_runs")?,
@@ -1408,7 +1417,7 @@ impl Backend for Cuda<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::wide_words;
+    use super::{Kernels, check, fill, wide_words};
     use crate::backend::work::{Run, RunGrid};
 
     /// The grid of an R x C matrix from C to F order (one run per column).
@@ -1432,17 +1441,47 @@ mod tests {
         for elem in [1, 2, 4] {
             assert!(wide_words(&transpose(16, 16, 0), elem, aligned), "{elem}");
         }
-        // Columns of 6 elements: pairs of u16 or u32 are whole words, 6 u8 are not 4 bytes' worth.
-        assert!(wide_words(&transpose(6, 16, 0), 2, aligned));
+        // Columns of 6 elements: pairs of u32 are whole words, 6 u8 or u16 are not (words of 4).
         assert!(wide_words(&transpose(6, 16, 0), 4, aligned));
+        assert!(!wide_words(&transpose(6, 16, 0), 2, aligned));
         assert!(!wide_words(&transpose(6, 16, 0), 1, aligned));
+        assert!(wide_words(&transpose(8, 16, 0), 2, aligned));
         // A start or a buffer off a word, and wider elements, go the other way.
         assert!(!wide_words(&transpose(16, 16, 1), 1, aligned));
         assert!(!wide_words(&transpose(16, 16, 1), 4, aligned));
         assert!(!wide_words(&transpose(16, 16, 0), 1, (256, 514)));
-        // u32 words are 8 bytes: a buffer 4 bytes off one takes one element a word.
-        assert!(wide_words(&transpose(16, 16, 0), 2, (256, 516)));
+        // u16 and u32 words are 8 bytes: a buffer 4 bytes off one takes one element a word.
+        assert!(wide_words(&transpose(16, 16, 0), 1, (256, 516)));
+        assert!(!wide_words(&transpose(16, 16, 0), 2, (256, 516)));
         assert!(!wide_words(&transpose(16, 16, 0), 4, (256, 516)));
         assert!(!wide_words(&transpose(16, 16, 0), 8, aligned));
+    }
+
+    /// Every NVRTC module of the backend compiles (for an H100's architecture). NVRTC needs no
+    /// GPU, only its library: `scripts/setup` brings it into .tools/nvrtc and `scripts/test`
+    /// runs this test with it; with DISTRUN_PTX_DIR set it writes each module's PTX there (for
+    /// `ptxas -v`: registers, spills).
+    #[test]
+    #[ignore = "needs libnvrtc on the library path (.tools/nvrtc, as scripts/test runs it)"]
+    fn kernels_compile() {
+        let modules = [
+            ("backend", Kernels::module()),
+            ("check", check::CheckKernels::module()),
+            ("fill", fill::module()),
+        ];
+        for (what, (source, opts)) in modules {
+            let opts = cudarc::nvrtc::CompileOptions {
+                arch: Some("compute_90"),
+                ..opts
+            };
+            let ptx = match cudarc::nvrtc::compile_ptx_with_opts(source, opts) {
+                Ok(ptx) => ptx,
+                Err(e) => panic!("{what}: {e:?}"),
+            };
+            if let Some(dir) = std::env::var_os("DISTRUN_PTX_DIR") {
+                let path = std::path::Path::new(&dir).join(format!("{what}.ptx"));
+                std::fs::write(path, ptx.to_src()).expect("writing the PTX");
+            }
+        }
     }
 }
