@@ -4,8 +4,9 @@
 # against cupy (one_gpu_matmul.py), FFTs of every kind against cupy (one_gpu_fft.py), local
 # changes of layout against cupy (one_gpu_relayout.py), the cost of checks (check_cost.sh). On 2
 # and 4 GPUs where present: FFTs of every kind against cuFFTMp where nvmath's wheels are in
-# .tools/wheels and against one GPU (multi_gpu_fft.py), the collectives against cupyx
-# (allreduce.sh, collectives.sh), matmul against cuBLASMp (matmul.py, where the wheels are).
+# .tools/wheels and against one GPU, distrun by NCCL and by NVSHMEM puts (multi_gpu_fft.py), the
+# collectives against cupyx (allreduce.sh, collectives.sh), matmul against cuBLASMp (matmul.py,
+# where the wheels are).
 # Each part's table goes to stdout under its heading; a part that fails says so and the rest
 # go on. Copy the tables into bench/RESULTS.md with the date and the machine.
 #

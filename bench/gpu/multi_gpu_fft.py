@@ -4,10 +4,14 @@ beside one GPU's cuFFT (cupy.fft.fftn / rfftn / irfftn on the whole array), in t
 
     python bench/gpu/multi_gpu_fft.py [--bin target/release/distrun] [--ranks 2 4]
                                       [--cases c2c-c64-1024 ...] [--iterations 10] [--no-peer]
+                                      [--via nccl nvshmem]
 
 All are timed alike: 2 warm-up runs, then the iterations back to back, their mean (distrun's
 `timing = "queued"`). distrun's input is in slabs along axis 0 (x) or 1 (y), its result where
 the FFT leaves it (`reshape = false`, as cuFFTMp's default); the peer is given the same slabs.
+distrun runs once per `--via`: `nccl` (the default backends: its moves by NCCL) and `nvshmem`
+(`backends = ["nccl", "nvshmem"]`: its moves by puts where its trials find them faster, as
+cuFFTMp's go through NVSHMEM).
 Prints one row per case and rank count: distrun's time, its speed against the peer (the
 peer's time over distrun's, >= 1.0 is the target) and against one GPU.
 """
@@ -32,28 +36,32 @@ def main():
     ap = arguments(CASES, iterations=10)
     ap.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
     ap.add_argument("--no-peer", action="store_true")
+    ap.add_argument("--via", nargs="+", default=["nccl", "nvshmem"], choices=["nccl", "nvshmem"])
     a = ap.parse_args()
     one = {}
     for name in a.cases:
         kind, dtype, shape, _ = CASES[name]
         one[name] = cupy_time(kind, dtype, shape, "C", a.iterations)
-    print("| case | GPUs | distrun ms | nvmath (cuFFTMp) ms | distrun speed vs nvmath | one GPU (cupy) ms | distrun vs one GPU |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| case | GPUs | via | distrun ms | nvmath (cuFFTMp) ms | distrun speed vs nvmath | one GPU (cupy) ms | distrun vs one GPU |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for p in a.ranks:
         peer_cases = [f"{n}:{CASES[n][1]}:{'x'.join(map(str, CASES[n][2]))}:{CASES[n][3]}"
                       for n in a.cases if CASES[n][0] == "c2c"]
         theirs = {} if a.no_peer or not peer_cases else nvmath_peer.run(
             "nvmath_fft_cases.py", p, [str(a.iterations), *peer_cases], ENV)
-        for name in a.cases:
+        for name, via in ((n, v) for n in a.cases for v in a.via):
             kind, dtype, shape, slab = CASES[name]
-            step, err = first_step(a.bin, spec(kind, dtype, shape, "C", a.iterations, slab, False), p)
+            text = spec(kind, dtype, shape, "C", a.iterations, slab, False)
+            if via == "nvshmem":
+                text = text.replace('device = "cuda"\n', 'device = "cuda"\nbackends = ["nccl", "nvshmem"]\n')
+            step, err = first_step(a.bin, text, p)
             if step is None:
-                print(f"| {name} | {p} | failed: {err} | | | | |", flush=True)
+                print(f"| {name} | {p} | {via} | failed: {err} | | | | |", flush=True)
                 continue
             t = step["time_s"]["median"]
             peer = theirs.get(name)
             vs = f"{peer * 1e3:.2f} | {peer / t:.2f}x" if peer else "- | -"
-            print(f"| {name} | {p} | {t * 1e3:.2f} | {vs} | {one[name] * 1e3:.2f} | {one[name] / t:.2f}x |",
+            print(f"| {name} | {p} | {via} | {t * 1e3:.2f} | {vs} | {one[name] * 1e3:.2f} | {one[name] / t:.2f}x |",
                   flush=True)
 
 
