@@ -638,12 +638,7 @@ impl<'a> Cuda<'a> {
         let load_q = i32::from(g.step.0 == 1 && g.strides.0 != 1);
         let store_q = i32::from(g.step.1 == 1 && g.strides.1 != 1);
         let wide = wide_words(g, elem, (self.ptr(src), self.ptr(dst)));
-        let side = 32
-            * if wide {
-                word_elements(elem).unwrap_or(1)
-            } else {
-                1
-            };
+        let side = 32 * word_elements(elem).filter(|_| wide).unwrap_or(1);
         let tiles = |n: usize| n.div_ceil(side).clamp(1, 65535) as u32;
         let cfg = LaunchConfig {
             grid_dim: (
