@@ -273,19 +273,40 @@ pub struct Phase {
 }
 
 impl Phase {
-    /// This phase on rows `lo..hi` of axis 1 only; None unless every transform runs along axis
-    /// 0 and nothing is scaled (the rows are then independent of each other).
+    /// This phase on rows `lo..hi` of axis 1 only; None unless its transforms leave axis 1
+    /// alone (along axis 0, the trailing axes from 2 on, an r2c of the last) in one direction,
+    /// nothing is scaled and no c2r runs: the rows are then independent of each other.
     pub fn on_rows(&self, lo: usize, hi: usize) -> Option<Phase> {
-        let along_0 = self
-            .ops
-            .iter()
-            .all(|o| matches!(o, AxisOp::C2c { axis: 0, .. }));
-        (along_0 && self.scale.is_none() && self.shape.len() >= 2 && hi <= self.shape[1]).then(
-            || Phase {
-                rows: Some((lo, hi)),
-                ..self.clone()
-            },
-        )
+        let nd = self.shape.len();
+        let last = nd.saturating_sub(1);
+        let axes: Vec<usize> = (self.ops.iter())
+            .map(|o| match *o {
+                AxisOp::C2c { axis, .. } => axis,
+                AxisOp::R2c | AxisOp::C2r { .. } => last,
+            })
+            .collect();
+        let inverse = |o: &AxisOp| matches!(o, AxisOp::C2c { inverse: true, .. });
+        let one_way = self.ops.iter().all(|o| inverse(o) == inverse(&self.ops[0]));
+        // The axes past 1 a phase transforms: a trailing run, so that cuFFT takes them as one.
+        let mut inner: Vec<usize> = axes.iter().copied().filter(|&a| a > 1).collect();
+        inner.sort_unstable();
+        inner.dedup();
+        let trailing = inner
+            .first()
+            .is_none_or(|&a| inner == (a..=last).collect::<Vec<_>>());
+        let real_first = (self.ops.iter().skip(1)).all(|o| matches!(o, AxisOp::C2c { .. }));
+        let ok = nd >= 2
+            && hi <= self.shape[1]
+            && self.scale.is_none()
+            && !axes.contains(&1)
+            && !self.ops.iter().any(|o| matches!(o, AxisOp::C2r { .. }))
+            && one_way
+            && trailing
+            && real_first;
+        ok.then(|| Phase {
+            rows: Some((lo, hi)),
+            ..self.clone()
+        })
     }
 
     /// Bytes the phase reads and writes, for complex values of `complex_size` bytes (an r2c

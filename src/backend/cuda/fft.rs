@@ -100,6 +100,9 @@ pub struct Group {
     pub dims: Vec<usize>,
     /// Distance between consecutive values of one transform (1: contiguous).
     pub stride: usize,
+    /// The input's and the output's storage lengths of the transformed axes (cuFFT's inembed
+    /// and onembed) where they are not `dims` (None: `dims`).
+    pub embed: Option<[Vec<usize>; 2]>,
     /// Distance between consecutive transforms of a batch.
     pub dist: InOut,
     /// Transforms per launch.
@@ -132,7 +135,7 @@ impl Group {
     /// The plan's element counts passed to cuFFT's advanced layout (None: contiguous, cuFFT's
     /// default layout).
     pub fn strided(&self) -> bool {
-        self.stride != 1
+        self.stride != 1 || self.embed.is_some()
     }
 
     /// A real transform of one point (a last axis of length 1): `batch` values converted, no
@@ -169,6 +172,7 @@ pub fn groups(phase: &Phase) -> Vec<Group> {
                 transform: first,
                 dims: vec![1],
                 stride: 1,
+                embed: None,
                 dist: InOut::both(1),
                 batch: seen.shape.iter().product(),
                 launches: 1,
@@ -190,25 +194,92 @@ pub fn groups(phase: &Phase) -> Vec<Group> {
     out
 }
 
-/// The plans of axis-0 transforms of `rows` rows: one strided plan each, whose batch is those
-/// rows' columns (from the first row's: the caller moves its pointers there).
+/// The plans of a phase on `rows` rows of axis 1 (see [`Phase::on_rows`]), from the first
+/// row's start (the caller moves its pointers there). A run of transforms over axis 0 and every
+/// axis from 2 on is one plan whose batch is the rows, embedded in the whole planes; over axis 0
+/// alone, one strided plan whose batch is the rows' columns; over trailing axes alone, one
+/// contiguous plan of the rows launched once per plane.
 fn row_groups(phase: &Phase, rows: usize) -> Vec<Group> {
-    let last = phase.shape.len() - 1;
-    let rest: usize = phase.shape[2..].iter().product();
-    let pitch = phase.shape[1] * rest;
-    phase
-        .ops
-        .iter()
-        .map(|op| Group {
-            transform: axis_of(op, last).1,
-            dims: vec![phase.shape[0]],
-            stride: pitch,
-            dist: InOut::both(1),
-            batch: rows * rest,
-            launches: 1,
-            launch_step: InOut::both(0),
-        })
-        .collect()
+    let seen = Seen::of(phase);
+    let (shape, last) = (&seen.shape, seen.shape.len() - 1);
+    let one_point = seen.real_last == 1;
+    // Elements of one row (complex; an r2c's input in reals), and of a plane's rows.
+    let row = |real: bool| match shape.len() {
+        2 => 1,
+        _ => shape[2..last].iter().product::<usize>() * seen.last(real),
+    };
+    let pitch = |real: bool| shape[1] * row(real);
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < phase.ops.len() {
+        let mut axes = run_axes(&phase.ops[i..], last, one_point);
+        let run = &phase.ops[i..i + axes.len()];
+        i += axes.len();
+        let first = axis_of(&run[0], last).1;
+        let real_in = first == Transform::R2c;
+        axes.sort_unstable();
+        let along_0 = axes[0] == 0;
+        let trailing: Vec<usize> = axes.iter().copied().filter(|&a| a > 1).collect();
+        if along_0 && trailing.first() == Some(&2) {
+            // One plan over axis 0 and axes 2.., the rows its batch, each in its whole planes.
+            let mut g = seen.batched(run, first, &trailing);
+            let embed = |real: bool| {
+                let mut e = g.dims.clone();
+                *e.last_mut().expect("an axis") = seen.last(real);
+                e[0] *= shape[1];
+                [vec![shape[0]], e].concat()
+            };
+            g.embed = Some([embed(real_in), embed(false)]);
+            g.dims.insert(0, shape[0]);
+            g.dist = InOut {
+                input: row(real_in),
+                output: row(false),
+            };
+            g.batch = rows;
+            out.push(g);
+            continue;
+        }
+        if !trailing.is_empty() {
+            // The trailing axes in each plane: the rows (and the axes before the run) its batch.
+            let mut g = if one_point && real_in {
+                Group {
+                    transform: first,
+                    dims: vec![1],
+                    stride: 1,
+                    embed: None,
+                    dist: InOut::both(1),
+                    batch: 0,
+                    launches: 1,
+                    launch_step: InOut::both(0),
+                }
+            } else {
+                seen.batched(run, first, &trailing)
+            };
+            g.batch = rows * shape[2..trailing[0]].iter().product::<usize>();
+            if g.one_point() {
+                g.batch *= shape[trailing[0]..].iter().product::<usize>();
+            }
+            g.launches = shape[0];
+            g.launch_step = InOut {
+                input: pitch(real_in),
+                output: pitch(false),
+            };
+            out.push(g);
+        }
+        if along_0 {
+            out.push(Group {
+                transform: first,
+                dims: vec![shape[0]],
+                stride: pitch(false),
+                embed: None,
+                dist: InOut::both(1),
+                batch: rows * row(false),
+                launches: 1,
+                launch_step: InOut::both(0),
+            });
+        }
+    }
+    out
 }
 
 /// Whether a transform is real (r2c or c2r).
@@ -250,6 +321,14 @@ impl Seen {
         Seen { shape, real_last }
     }
 
+    /// The length of the last axis: real (an r2c's input) or complex.
+    fn last(&self, real: bool) -> usize {
+        match real {
+            true => self.real_last,
+            false => *self.shape.last().expect("an axis"),
+        }
+    }
+
     /// One batched plan over the trailing axes `axes` of the transforms `run` (the first
     /// `first`): multi-dimensional from the lowest axis on, real where one of them is.
     fn batched(&self, run: &[AxisOp], first: Transform, axes: &[usize]) -> Group {
@@ -284,6 +363,7 @@ impl Seen {
             transform,
             dims,
             stride: 1,
+            embed: None,
             dist,
             batch: shape[..lo].iter().product(),
             launches: 1,
@@ -342,6 +422,7 @@ fn strided(transform: Transform, axis: usize, shape: &[usize]) -> Group {
         transform,
         dims: vec![n],
         stride: inner,
+        embed: None,
         dist: InOut::both(1),
         batch: inner,
         launches: outer,
@@ -373,6 +454,16 @@ fn plan_type(t: Transform, precision: DType) -> sys::cufftType {
     }
 }
 
+/// Bytes of one value of a transform's input and of its output in `precision` (c64 or c128).
+fn element_bytes(t: Transform, precision: DType) -> (usize, usize) {
+    let complex = precision.size() as usize;
+    match t {
+        Transform::R2c => (complex / 2, complex),
+        Transform::C2r => (complex, complex / 2),
+        Transform::C2c { .. } => (complex, complex),
+    }
+}
+
 impl Plan {
     /// Makes the plan of `group` on `stream`.
     fn new(group: Group, precision: DType, stream: &Arc<CudaStream>) -> Result<Self> {
@@ -381,15 +472,20 @@ impl Plan {
         }
         let int =
             |x: usize| c_int::try_from(x).map_err(|_| anyhow!("FFT too large for cuFFT: {x}"));
-        let n: Vec<c_int> = group.dims.iter().map(|&d| int(d)).collect::<Result<_>>()?;
-        let embed = group.strided().then_some(&n[..]);
+        let ints = |v: &[usize]| v.iter().map(|&d| int(d)).collect::<Result<Vec<_>>>();
+        let n = ints(&group.dims)?;
+        let [inembed, onembed] = match &group.embed {
+            Some([i, o]) => [ints(i)?, ints(o)?],
+            None => [n.clone(), n.clone()],
+        };
+        let advanced = group.strided();
         let stride = int(group.stride)?;
         let cufft = CudaFft::plan_many(
             &n,
-            embed,
+            advanced.then_some(&inembed[..]),
             stride,
             int(group.dist.input)?,
-            embed,
+            advanced.then_some(&onembed[..]),
             stride,
             int(group.dist.output)?,
             plan_type(group.transform, precision),
@@ -405,12 +501,7 @@ impl Plan {
 
     /// Runs the cuFFT plan from `src` into `dst` (device addresses), `real` bytes per real value.
     fn exec(&self, handle: sys::cufftHandle, src: u64, dst: u64, precision: DType) -> Result<()> {
-        let real = if precision == DType::C64 { 4 } else { 8 };
-        let (ie, oe) = match self.group.transform {
-            Transform::R2c => (real, 2 * real),
-            Transform::C2r => (2 * real, real),
-            Transform::C2c { .. } => (2 * real, 2 * real),
-        };
+        let (ie, oe) = element_bytes(self.group.transform, precision);
         // cuFFT's directions: -1 forward (e^-i), +1 inverse.
         let dir = |inverse: bool| if inverse { 1 } else { -1 };
         for l in 0..self.group.launches {
@@ -450,10 +541,16 @@ impl Cuda<'_> {
             _ => &self.kernels.complex_to_real,
         };
         let (double, n) = (i32::from(precision != DType::C64), plan.group.batch as u64);
-        let mut launch = self.stream.launch_builder(f);
-        launch.arg(&src).arg(&dst).arg(&double).arg(&n);
-        // SAFETY: n values of the phase's input and output, inside their buffers.
-        unsafe { launch.launch(launch_config(n)) }?;
+        let (ie, oe) = element_bytes(plan.group.transform, precision);
+        let step = plan.group.launch_step;
+        for l in 0..plan.group.launches {
+            let src = src + (l * step.input * ie) as u64;
+            let dst = dst + (l * step.output * oe) as u64;
+            let mut launch = self.stream.launch_builder(f);
+            launch.arg(&src).arg(&dst).arg(&double).arg(&n);
+            // SAFETY: n values of the phase's input and output, inside their buffers.
+            unsafe { launch.launch(launch_config(n)) }?;
+        }
         Ok(())
     }
 
@@ -513,8 +610,8 @@ impl Cuda<'_> {
         let key = PlanKey::of(phase, precision);
         let mut cache = self.ffts.borrow_mut();
         let plans = self.cached_plans(&mut cache, precision, key.phase)?;
-        let i = input.data.device_ptr(&self.stream).0 + at_in as u64 + key.skip;
-        let o = output.data.device_ptr_mut(&self.stream).0 + at_out as u64 + key.skip;
+        let i = input.data.device_ptr(&self.stream).0 + (at_in + key.skip.input) as u64;
+        let o = output.data.device_ptr_mut(&self.stream).0 + (at_out + key.skip.output) as u64;
         let c2r = plans.iter().any(|p| p.group.transform == Transform::C2r);
         if plans.is_empty() {
             let n = n_in.min(n_out);
@@ -606,28 +703,35 @@ struct PlanKey {
     /// The phase; one on some rows becomes the phase on as many rows from row 0 (one plan per
     /// row count).
     phase: Phase,
-    /// Bytes from a buffer's start to the phase's first row (0 for a whole phase).
-    skip: u64,
+    /// Bytes from the input's and the output's start to the phase's first row (0 for a whole
+    /// phase).
+    skip: InOut,
 }
 
 impl PlanKey {
     /// The key of `phase` in `precision`: a phase on some rows has its pointers moved to the
-    /// first row.
+    /// first row (an r2c's input row in reals).
     fn of(phase: &Phase, precision: DType) -> Self {
         match phase.rows {
             Some((lo, hi)) => {
-                let rest: usize = phase.shape[2..].iter().product();
+                let rows = Phase {
+                    rows: Some((0, hi - lo)),
+                    ..phase.clone()
+                };
+                // Bytes over the phase's whole shape, so per row of a plane.
+                let (n_in, n_out) = phase.bytes(precision.size() as usize);
+                let per_row = |n: usize| n / (phase.shape[0] * phase.shape[1]).max(1);
                 PlanKey {
-                    phase: Phase {
-                        rows: Some((0, hi - lo)),
-                        ..phase.clone()
+                    skip: InOut {
+                        input: lo * per_row(n_in),
+                        output: lo * per_row(n_out),
                     },
-                    skip: (lo * rest * precision.size() as usize) as u64,
+                    phase: rows,
                 }
             }
             None => PlanKey {
                 phase: phase.clone(),
-                skip: 0,
+                skip: InOut::both(0),
             },
         }
     }
@@ -643,6 +747,169 @@ mod tests {
             ops,
             scale: None,
             rows: None,
+        }
+    }
+
+    /// cuFFT's advanced data layout on the host, by naive DFTs: the plans `groups` run as
+    /// `fft_phase` runs them (the first from `input` into `output`, the others in place), on
+    /// f64 words (a complex value is two). Only forward r2c and c2c, as phases by rows have.
+    fn emulate(groups: &[Group], input: &[f64], output: &mut [f64]) {
+        use num_complex::Complex64;
+        for (k, g) in groups.iter().enumerate() {
+            let real_in = g.transform == Transform::R2c;
+            let inverse = g.transform == Transform::C2c { inverse: true };
+            let mut out_dims = g.dims.clone();
+            if real_in {
+                *out_dims.last_mut().unwrap() = g.dims.last().unwrap() / 2 + 1;
+            }
+            let [ein, eout] = g
+                .embed
+                .clone()
+                .unwrap_or([g.dims.clone(), out_dims.clone()]);
+            // The flat place of a multi-index in storage of lengths `e`.
+            let flat = |i: &[usize], e: &[usize]| i.iter().zip(e).fold(0, |f, (&i, &e)| f * e + i);
+            let index = |mut n: usize, dims: &[usize]| {
+                let mut i = vec![0; dims.len()];
+                for a in (0..dims.len()).rev() {
+                    (i[a], n) = (n % dims[a], n / dims[a]);
+                }
+                i
+            };
+            let count: usize = g.dims.iter().product();
+            let src = if k == 0 {
+                input.to_vec()
+            } else {
+                output.to_vec()
+            };
+            for l in 0..g.launches {
+                for b in 0..g.batch {
+                    let at = |l: usize, d: usize, i: usize| l + b * d + i * g.stride;
+                    let mut x: Vec<Complex64> = (0..count)
+                        .map(|n| {
+                            let p = at(
+                                l * g.launch_step.input,
+                                g.dist.input,
+                                flat(&index(n, &g.dims), &ein),
+                            );
+                            match real_in {
+                                true => Complex64::new(src[p], 0.0),
+                                false => Complex64::new(src[2 * p], src[2 * p + 1]),
+                            }
+                        })
+                        .collect();
+                    // A DFT along each axis in turn.
+                    for a in 0..g.dims.len() {
+                        let y = x.clone();
+                        for (n, v) in x.iter_mut().enumerate() {
+                            let i = index(n, &g.dims);
+                            *v = (0..g.dims[a])
+                                .map(|j| {
+                                    let mut m = i.clone();
+                                    m[a] = j;
+                                    let sign = if inverse { 2.0 } else { -2.0 };
+                                    let ph = sign * std::f64::consts::PI * (i[a] * j) as f64
+                                        / g.dims[a] as f64;
+                                    y[flat(&m, &g.dims)] * Complex64::from_polar(1.0, ph)
+                                })
+                                .sum();
+                        }
+                    }
+                    for n in 0..out_dims.iter().product() {
+                        let i = index(n, &out_dims);
+                        let p = at(l * g.launch_step.output, g.dist.output, flat(&i, &eout));
+                        let v = x[flat(&i, &g.dims)];
+                        (output[2 * p], output[2 * p + 1]) = (v.re, v.im);
+                    }
+                }
+            }
+        }
+    }
+
+    /// `whole`'s result on the CPU, and the same through the plans `fft_phase` makes
+    /// (emulated): of the whole phase, or of it on each of `splits` of its rows.
+    fn through_plans(whole: &Phase, splits: &[(usize, usize)]) -> [Vec<f64>; 2] {
+        use crate::ops::fft::local::run_phase;
+        let (n_in, n_out) = whole.bytes(16);
+        let input: Vec<f64> = (0..n_in / 8)
+            .map(|i| ((i * 37) % 23) as f64 - 11.0)
+            .collect();
+        let bytes: Vec<u8> = input.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let mut want = vec![0u8; n_out];
+        run_phase::<f64>(whole, &bytes, &mut want);
+        let want = (want.chunks_exact(8))
+            .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        let mut got = vec![f64::NAN; n_out / 8];
+        if splits.is_empty() {
+            emulate(&groups(whole), &input, &mut got);
+        }
+        for &(lo, hi) in splits {
+            let key = PlanKey::of(&whole.on_rows(lo, hi).unwrap(), DType::C128);
+            let (i, o) = (key.skip.input / 8, key.skip.output / 8);
+            emulate(&groups(&key.phase), &input[i..], &mut got[o..]);
+        }
+        [got, want]
+    }
+
+    fn c2c(axis: usize, inverse: bool) -> AxisOp {
+        AxisOp::C2c { axis, inverse }
+    }
+
+    #[test]
+    fn phases_by_rows_make_plans_that_compute_the_whole_phase() {
+        let cases = [
+            (vec![5, 6, 4], vec![c2c(2, false), c2c(0, false)]),
+            (vec![5, 6, 4], vec![c2c(2, true), c2c(0, true)]),
+            (vec![5, 6, 4], vec![AxisOp::R2c, c2c(0, false)]),
+            (vec![3, 5, 7], vec![AxisOp::R2c, c2c(0, false)]),
+            (vec![4, 5, 1], vec![AxisOp::R2c, c2c(0, false)]),
+            (vec![4, 7, 3], vec![c2c(0, true)]),
+            (vec![6, 5], vec![c2c(0, false)]),
+            (vec![3, 4, 6], vec![c2c(2, false)]),
+            (
+                vec![3, 2, 4, 5],
+                vec![c2c(3, false), c2c(2, false), c2c(0, false)],
+            ),
+        ];
+        for (shape, ops) in cases {
+            let whole = phase(&shape, ops);
+            let rows = shape[1];
+            let [got, want] = through_plans(&whole, &[(0, 1), (1, rows / 2), (rows / 2, rows)]);
+            for (g, w) in got.iter().zip(&want) {
+                assert!(
+                    (g - w).abs() < 1e-9,
+                    "{shape:?} {:?}: {g} vs {w}",
+                    whole.ops
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn whole_phases_make_plans_that_compute_them() {
+        let cases = [
+            (
+                vec![3, 4, 6],
+                vec![AxisOp::R2c, c2c(1, false), c2c(0, false)],
+            ),
+            (vec![3, 4, 5], vec![c2c(1, true)]),
+            (
+                vec![3, 4, 5],
+                vec![c2c(2, false), c2c(1, false), c2c(0, false)],
+            ),
+            (vec![2, 3, 4, 5], vec![c2c(2, false), c2c(0, false)]),
+            (vec![7, 1], vec![AxisOp::R2c, c2c(0, false)]),
+        ];
+        for (shape, ops) in cases {
+            let whole = phase(&shape, ops);
+            let [got, want] = through_plans(&whole, &[]);
+            for (g, w) in got.iter().zip(&want) {
+                assert!(
+                    (g - w).abs() < 1e-9,
+                    "{shape:?} {:?}: {g} vs {w}",
+                    whole.ops
+                );
+            }
         }
     }
 

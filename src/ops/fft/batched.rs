@@ -1,6 +1,7 @@
-//! The transpose between a slab FFT's two phases, batch by batch of x-planes: the first phase
-//! runs on one batch, then that batch's share moves on the side queue ([`Backend::side`]), so the
-//! move of each batch overlaps the first phase of the next.
+//! A slab FFT's phase run batch by batch of x-planes, each batch moving to the y-slab owners on
+//! the side queue ([`Backend::side`]) while the next batch's FFT runs: the first phase of an FFT
+//! from x-slabs (the transpose between its phases), and the second phase of one from y-slabs on
+//! its way back to them (`reshape = true`, along y).
 //!
 //! From x-slabs (C order, planes outermost) to y-slabs: the part of plane x for rank q is its
 //! rows `y0_q..y0_q + s1_q`, one contiguous run; at q it lands, contiguous, at plane `x0_r + x`.
@@ -18,7 +19,7 @@ use crate::dist::TensorState;
 use crate::backend::work::{Run, Runs};
 use crate::ops::movement::Route;
 use crate::runtime::comm::Parts;
-use crate::spec::tensor::{DType, Distribution};
+use crate::spec::tensor::{DType, Distribution, Layout};
 use anyhow::Result;
 
 /// How many batches a transpose of `shape` (`elem` bytes a value) over `ranks` runs in: one per
@@ -255,12 +256,14 @@ impl Grid {
 }
 
 impl<B: Backend> Batched<B> {
-    /// The batched transpose of `middle` (the complex x-slab state between the phases) after
-    /// `phase1`; None where it does not apply (one rank, or not an x-slab to y-slab move).
+    /// `phase1` by planes into `middle` (its complex x-slab result, C order), then to y-slabs
+    /// in C order; None where it does not apply (one rank, a transform along x, which splits no
+    /// planes, or planes cuFFT would find misaligned).
     pub fn new(b: &B, middle: &TensorState, phase1: &Phase) -> Result<Option<Self>> {
         let (ranks, me) = (b.ranks(), b.rank());
-        let x_slab = Distribution::slab(0);
-        if ranks < 2 || middle.dist != x_slab || middle.shape.len() < 2 {
+        let x_slab = middle.dist == Distribution::slab(0) && middle.layout == Layout::C;
+        let along_x = (phase1.ops.iter()).any(|o| matches!(o, AxisOp::C2c { axis: 0, .. }));
+        if ranks < 2 || !x_slab || along_x || middle.shape.len() < 2 {
             return Ok(None);
         }
         let shape: Vec<usize> = middle.shape.iter().map(|&n| n as usize).collect();

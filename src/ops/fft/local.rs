@@ -73,39 +73,41 @@ pub fn run_phase<T: FftNum + Default>(phase: &Phase, input: &[u8], output: &mut 
     }
 }
 
-/// A phase of axis-0 transforms on rows `lo..hi` of axis 1: those rows of every plane are
-/// gathered, transformed and written back in place of the same rows of `output`.
+/// A phase on rows `lo..hi` of axis 1 (see [`Phase::on_rows`]): those rows of every plane are
+/// gathered, transformed as a phase of their own and written back in place of the same rows of
+/// `output` (an r2c reads reals and writes the complex half-lines).
 fn run_on_rows<T: FftNum + Default>(
     phase: &Phase,
     (lo, hi): (usize, usize),
     input: &[u8],
     output: &mut [u8],
 ) {
-    let (planes, rows) = (phase.shape[0], phase.shape[1]);
-    let rest: usize = phase.shape[2..].iter().product();
-    let size = std::mem::size_of::<Complex<T>>();
-    let (run, pitch, first) = (
-        (hi - lo) * rest * size,
-        rows * rest * size,
-        lo * rest * size,
-    );
-    let mut block: Vec<Complex<T>> = (0..planes)
-        .flat_map(|x| read::<Complex<T>>(&input[first + x * pitch..][..run]))
-        .collect();
-    let mut shape = phase.shape.clone();
-    shape[1] = hi - lo;
-    for op in &phase.ops {
-        if let AxisOp::C2c { axis, inverse } = *op {
-            c2c_axis(&mut block, &shape, axis, inverse);
-        }
+    let planes = phase.shape[0];
+    if hi == lo || planes == 0 {
+        return;
     }
-    let per_plane = (hi - lo) * rest;
-    for x in 0..planes {
-        let at = first + x * pitch;
-        write(
-            &block[x * per_plane..][..per_plane],
-            &mut output[at..at + run],
-        );
+    let complex = std::mem::size_of::<Complex<T>>();
+    let in_size = match phase.ops.first() {
+        Some(AxisOp::R2c) => complex / 2,
+        _ => complex,
+    };
+    let mut sub = Phase {
+        rows: None,
+        ..phase.clone()
+    };
+    sub.shape[1] = hi - lo;
+    // Bytes of one row entering and leaving, and of the rows `lo..hi` of a plane.
+    let row_in = phase.shape[2..].iter().product::<usize>() * in_size;
+    let row_out = sub.out_shape()[2..].iter().product::<usize>() * complex;
+    let (rows, n) = (phase.shape[1], hi - lo);
+    let block: Vec<u8> = (0..planes)
+        .flat_map(|x| &input[(x * rows + lo) * row_in..][..n * row_in])
+        .copied()
+        .collect();
+    let mut done = vec![0u8; planes * n * row_out];
+    run_phase::<T>(&sub, &block, &mut done);
+    for (x, part) in done.chunks_exact(n * row_out).enumerate() {
+        output[(x * rows + lo) * row_out..][..n * row_out].copy_from_slice(part);
     }
 }
 

@@ -7,8 +7,8 @@
 //! A rank that holds the whole tensor (one rank, or a replicated input) transforms every axis in
 //! one local phase.
 
-mod back;
 mod batched;
+mod by_rows;
 pub mod check;
 pub mod local;
 mod meaning;
@@ -23,10 +23,11 @@ use crate::backend::Backend;
 use crate::dist::Placement;
 use crate::dist::TensorState;
 use crate::spec::model::CommBackend;
+use super::movement::Route;
 use crate::spec::tensor::{DType, Distribution, Layout};
 use anyhow::Result;
-use back::BatchedBack;
 use batched::Batched;
+use by_rows::ByRows;
 use crate::backend::work::{AxisOp, Phase};
 
 /// The slab an FFT works from: 2-D r2c must hold its last axis whole first (x-slabs) and 2-D c2r
@@ -69,38 +70,36 @@ fn middle(step: &Fft, input: &TensorState, out: &TensorState, s0: usize) -> Tens
 }
 
 /// Symmetric-heap bytes an FFT from `input` to `out` takes where puts move its transposes (see
-/// `batched.rs` and `back.rs`): when it works from x-slabs, the largest y-slab piece over `ranks`,
-/// and the largest x-slab piece too when the result goes back to x-slabs.
+/// `batched.rs` and `by_rows.rs`): the largest piece over `ranks` of the complementary slab, and
+/// the largest of the working slab too when the result goes back to it batch by batch.
 pub fn symmetric_room(step: &Fft, input: &TensorState, out: &TensorState, ranks: usize) -> usize {
-    let nd = input.shape.len();
-    if holds_whole(input, ranks as u64) || working_slab(step.kind, nd, &input.dist) != 0 {
+    if holds_whole(input, ranks as u64) {
         return 0;
     }
-    let m = middle(step, input, out, 0);
+    let s0 = working_slab(step.kind, input.shape.len(), &input.dist);
+    let m = middle(step, input, out, s0);
     let elem = m.dtype.size() as usize;
-    let back = if back_by_rows(step.kind, 0, out, ranks) {
-        batched::slab_room(&m.shape, elem, ranks, 0)
-    } else {
-        0
+    let back = match back_batched(step.kind, s0, out, ranks) {
+        true => batched::slab_room(&m.shape, elem, ranks, s0),
+        false => 0,
     };
-    batched::slab_room(&m.shape, elem, ranks, 1) + back
+    batched::slab_room(&m.shape, elem, ranks, 1 - s0) + back
 }
 
-/// Whether an FFT working from slab `s0` may return to x-slabs batch by batch of rows
-/// ([`back`]): its result wanted in x-slabs, C order, and a second phase along x alone (not a
-/// c2r's).
-fn back_by_rows(kind: FftKind, s0: usize, out: &TensorState, ranks: usize) -> bool {
+/// Whether an FFT working from slab `s0` may return to it batch by batch, each batch moving
+/// while the next one's second phase runs (`reshape = true`, C order; not a c2r, whose second
+/// phase writes reals): by rows to x-slabs ([`ByRows`]), by planes to y-slabs ([`Batched`]).
+fn back_batched(kind: FftKind, s0: usize, out: &TensorState, ranks: usize) -> bool {
     ranks > 1
-        && s0 == 0
         && kind != FftKind::C2r
-        && out.dist == Distribution::slab(0)
+        && out.dist == Distribution::slab(s0)
         && out.layout == Layout::C
 }
 
 /// The two local phases of an FFT on `rank`: first every axis the working slab holds whole
 /// (r2c's last first, c2r's last held back), then the axis the first slab split and c2r's last.
 /// The norm's scale comes with the second, unless that one runs row batch by row batch on the way
-/// back to x-slabs (then with the first: the FFT is linear).
+/// back to x-slabs (then with the first: the FFT is linear; a phase by rows scales nothing).
 fn phases(step: &Fft, input: &TensorState, out: &TensorState, (ranks, rank): (u64, u64)) -> [Phase; 2] {
     let nd = input.shape.len();
     let last = nd - 1;
@@ -134,7 +133,7 @@ fn phases(step: &Fft, input: &TensorState, out: &TensorState, (ranks, rank): (u6
         });
     }
     let s = norm_scale(step, input, out);
-    let by_rows = back_by_rows(step.kind, s0, out, ranks as usize);
+    let by_rows = s0 == 0 && back_batched(step.kind, s0, out, ranks as usize);
     let middle = middle(step, input, out, s0);
     [
         Phase {
@@ -231,37 +230,88 @@ fn whole_phase(step: &Fft, input: &TensorState, out: &TensorState, as_is: bool) 
     }
 }
 
-/// The move from the first phase's slab to the second's.
-enum Transpose<B: Backend> {
-    /// None: the rank holds the whole tensor, and the first phase transforms every axis.
-    None,
-    /// After the whole first phase, in one exchange.
-    Whole(Box<Staged<B>>),
-    /// Batch by batch of x-planes, overlapping the first phase.
-    Batched(Batched<B>),
+/// A local phase, where its result lands, and how that result moves on.
+struct Stage<B: Backend> {
+    phase: Phase,
+    after: B::Buf,
+    then: Move<B>,
 }
 
-/// An FFT step ready to run.
+/// How a phase's result moves on: to the next phase's slab, or to the result's distribution.
+enum Move<B: Backend> {
+    /// It stays: the next phase's input, or the result itself.
+    None,
+    /// After the whole phase, in one movement.
+    Whole(Box<Staged<B>>),
+    /// Batch by batch of x-planes to y-slabs, overlapping the phase.
+    Planes(Batched<B>),
+    /// Batch by batch of y-rows to x-slabs, overlapping the phase.
+    Rows(ByRows<B>),
+}
+
+impl<B: Backend> Stage<B> {
+    /// A stage whose result moves from `from` to `to` after the phase: batch by batch where
+    /// `batch` and a batched way applies, in one movement otherwise.
+    fn new(b: &B, phase: Phase, from: &TensorState, to: &TensorState, batch: bool) -> Result<Self> {
+        let (ranks, rank) = (b.ranks() as u64, b.rank() as u64);
+        let after = b.zeros(local_bytes(from, ranks, rank))?;
+        let then = if from == to {
+            Move::None
+        } else if let Some(p) = batch.then(|| Batched::new(b, from, &phase)).transpose()?.flatten() {
+            Move::Planes(p)
+        } else if let Some(p) = batch.then(|| ByRows::new(b, from, &phase)).transpose()?.flatten() {
+            Move::Rows(p)
+        } else {
+            let m = Movement::new(from, to, ranks, rank);
+            Move::Whole(Box::new(Staged::new(b, m, local_bytes(to, ranks, rank))?))
+        };
+        Ok(Stage { phase, after, then })
+    }
+
+    /// Runs the phase from `input` and the move after it; returns where the result lies.
+    fn run(&mut self, b: &B, precision: DType, input: &B::Buf) -> Result<&B::Buf> {
+        let after = &mut self.after;
+        match &mut self.then {
+            Move::Planes(p) => p.run(b, precision, input, after),
+            Move::Rows(p) => p.run(b, precision, input, after),
+            then => {
+                b.fft(precision, &self.phase, (input, 0), (&mut *after, 0))?;
+                match then {
+                    Move::Whole(staged) => staged.run(b, after),
+                    _ => Ok(after),
+                }
+            }
+        }
+    }
+
+    /// The route of a batched move (None for the others).
+    fn route(&mut self) -> Option<&mut Route> {
+        match &mut self.then {
+            Move::Planes(p) => Some(&mut p.route),
+            Move::Rows(p) => Some(&mut p.route),
+            _ => None,
+        }
+    }
+
+    /// Where the result of the last run lies.
+    fn into_output(self) -> B::Buf {
+        match self.then {
+            Move::None => self.after,
+            Move::Whole(staged) => staged.out,
+            Move::Planes(p) => p.out,
+            Move::Rows(p) => p.out,
+        }
+    }
+}
+
+/// An FFT step ready to run: the input moved to the working slab (where it is not there), the
+/// first phase and the transpose, the second phase and the way to the result (none where the
+/// first phase is the whole FFT).
 pub struct PreparedFft<B: Backend> {
     precision: DType,
     to_work: Option<Staged<B>>,
-    phase1: Phase,
-    after1: B::Buf,
-    transpose: Transpose<B>,
-    /// None where the first phase is the whole FFT.
-    phase2: Option<Phase>,
-    after2: B::Buf,
-    back: Back<B>,
-}
-
-/// The move from the second phase's slab to the result's distribution.
-enum Back<B: Backend> {
-    /// The result is the second phase's output.
-    None,
-    /// After the whole second phase, in one movement.
-    Whole(Box<Staged<B>>),
-    /// Batch by batch of rows, overlapping the second phase (y-slabs back to x-slabs).
-    Batched(BatchedBack<B>),
+    first: Stage<B>,
+    second: Option<Stage<B>>,
 }
 
 impl<B: Backend> PreparedFft<B> {
@@ -285,44 +335,23 @@ impl<B: Backend> PreparedFft<B> {
             Some(Staged::new(b, m, local_bytes(&work_in, ranks, rank))?)
         };
         let [phase1, phase2] = phases(step, input, out, (ranks, rank));
-        let after1 = b.zeros(local_bytes(&middle, ranks, rank))?;
         let transposed = TensorState {
             dist: Distribution::slab(1 - s0),
             ..middle.clone()
         };
-        let transpose = match Batched::new(b, &middle, &phase1)? {
-            Some(p) => Transpose::Batched(p),
-            None => Transpose::Whole(Box::new(Staged::new(
-                b,
-                Movement::new(&middle, &transposed, ranks, rank),
-                local_bytes(&transposed, ranks, rank),
-            )?)),
-        };
+        let first = Stage::new(b, phase1, &middle, &transposed, true)?;
         let natural = TensorState {
             dist: Distribution::slab(1 - s0),
             layout: Layout::C,
             ..out.clone()
         };
-        let after2 = b.zeros(local_bytes(&natural, ranks, rank))?;
-        let back = if natural == *out {
-            Back::None
-        } else if back_by_rows(step.kind, s0, out, ranks as usize)
-            && let Some(p) = BatchedBack::new(b, &natural, &phase2)?
-        {
-            Back::Batched(p)
-        } else {
-            let m = Movement::new(&natural, out, ranks, rank);
-            Back::Whole(Box::new(Staged::new(b, m, local_bytes(out, ranks, rank))?))
-        };
+        let by_batches = back_batched(step.kind, s0, out, ranks as usize);
+        let second = Stage::new(b, phase2, &natural, out, by_batches)?;
         Ok(PreparedFft {
             precision: middle.dtype,
             to_work,
-            phase1,
-            after1,
-            transpose,
-            phase2: Some(phase2),
-            after2,
-            back,
+            first,
+            second: Some(second),
         })
     }
 
@@ -340,39 +369,29 @@ impl<B: Backend> PreparedFft<B> {
                 Some(Staged::new(b, m, local_bytes(&work_in, ranks, rank))?)
             }
         };
-        let back = match natural == *out {
-            true => Back::None,
-            false => {
-                let m = Movement::new(&natural, out, ranks, rank);
-                Back::Whole(Box::new(Staged::new(b, m, local_bytes(out, ranks, rank))?))
-            }
-        };
+        let phase = whole_phase(step, input, out, work_in.layout == Layout::F);
         Ok(PreparedFft {
             precision: middle(step, input, out, 0).dtype,
             to_work,
-            phase1: whole_phase(step, input, out, work_in.layout == Layout::F),
-            after1: b.zeros(0)?,
-            transpose: Transpose::None,
-            phase2: None,
-            after2: b.zeros(local_bytes(&natural, ranks, rank))?,
-            back,
+            first: Stage::new(b, phase, &natural, out, false)?,
+            second: None,
         })
     }
 
+    /// The batched moves' routes.
+    fn routes(&mut self) -> impl Iterator<Item = &mut Route> {
+        let second = self.second.as_mut().and_then(Stage::route);
+        self.first.route().into_iter().chain(second)
+    }
+
     /// Whether the transposes can move by NVSHMEM puts (see [`PreparedFft::set_via`]).
-    pub fn can_put(&self) -> bool {
-        matches!(&self.transpose, Transpose::Batched(p) if p.route.can_put())
-            || matches!(&self.back, Back::Batched(p) if p.route.can_put())
+    pub fn can_put(&mut self) -> bool {
+        self.routes().any(|r| r.can_put())
     }
 
     /// Moves the transposes by NCCL or, where [`PreparedFft::can_put`], by puts.
     pub fn set_via(&mut self, via: CommBackend) {
-        if let Transpose::Batched(p) = &mut self.transpose {
-            p.route.set(via);
-        }
-        if let Back::Batched(p) = &mut self.back {
-            p.route.set(via);
-        }
+        self.routes().for_each(|r| r.set(via));
     }
 
     /// Runs the FFT once on `input`.
@@ -381,48 +400,16 @@ impl<B: Backend> PreparedFft<B> {
             Some(staged) => staged.run(b, input)?,
             None => input,
         };
-        let moved = match &mut self.transpose {
-            Transpose::None => {
-                let phase = &self.phase1;
-                b.fft(self.precision, phase, (work, 0), (&mut self.after2, 0))?;
-                if let Back::Whole(staged) = &mut self.back {
-                    staged.run(b, &self.after2)?;
-                }
-                return Ok(());
-            }
-            Transpose::Whole(staged) => {
-                b.fft(
-                    self.precision,
-                    &self.phase1,
-                    (work, 0),
-                    (&mut self.after1, 0),
-                )?;
-                staged.run(b, &self.after1)?
-            }
-            Transpose::Batched(p) => p.run(b, self.precision, work, &mut self.after1)?,
-        };
-        match &mut self.back {
-            Back::Batched(p) => {
-                p.run(b, self.precision, moved, &mut self.after2)?;
-            }
-            back => {
-                let phase2 = (self.phase2.as_ref()).expect("a transpose has its second phase");
-                b.fft(self.precision, phase2, (moved, 0), (&mut self.after2, 0))?;
-                if let Back::Whole(staged) = back {
-                    staged.run(b, &self.after2)?;
-                }
-            }
+        let moved = self.first.run(b, self.precision, work)?;
+        if let Some(second) = &mut self.second {
+            second.run(b, self.precision, moved)?;
         }
         Ok(())
     }
 
     /// The result of the last run.
     pub fn into_output(self) -> B::Buf {
-        match self.back {
-            Back::None => self.after2,
-            Back::Whole(staged) => staged.out,
-            Back::Batched(p) => p.out,
-        }
+        self.second.unwrap_or(self.first).into_output()
     }
 }
 
@@ -454,7 +441,7 @@ mod tests {
             Layout::C,
             Distribution::Slab(Axis::Index(0)),
         );
-        assert!(super::back_by_rows(super::FftKind::C2c, 0, &named, 4));
+        assert!(super::back_batched(super::FftKind::C2c, 0, &named, 4));
         assert_eq!(
             symmetric_room(&fft("c2c"), &named, &named, 4),
             symmetric_room(&fft("c2c"), &indexed, &indexed, 4)
@@ -481,14 +468,24 @@ mod tests {
             symmetric_room(&fft("r2c"), &real, &half, 4),
             30 * 7 * 17 * 8 + 8 * 27 * 17 * 8
         );
-        // From y-slabs the transpose is not batched; one rank moves nothing.
+        // From y-slabs, the largest x-slab piece (30 planes: 8, 8, 7, 7), and back in y-slabs
+        // the largest y-slab piece too; one rank moves nothing.
         let from_y = state(&[30, 27, 33], DType::C128, Layout::C, y);
-        assert_eq!(symmetric_room(&fft("c2c"), &from_y, &from_y, 4), 0);
+        assert_eq!(
+            symmetric_room(&fft("c2c"), &from_y, &from_y, 4),
+            8 * 27 * 33 * 16 + 30 * 7 * 33 * 16
+        );
+        let x_out = state(&[30, 27, 33], DType::C128, Layout::C, c.dist.clone());
+        assert_eq!(
+            symmetric_room(&fft("c2c"), &from_y, &x_out, 4),
+            8 * 27 * 33 * 16
+        );
         assert_eq!(symmetric_room(&fft("c2c"), &c, &c, 1), 0);
-        // A 2-D c2r starts from y-slabs, but its check's inverse (an r2c) from x-slabs.
+        // A 2-D c2r starts from y-slabs (to x-slabs by rows, 8 of 30 planes; its result, real,
+        // goes back in one movement), its check's inverse (an r2c) from x-slabs.
         let spectrum = state(&[30, 14], DType::C128, Layout::C, from_y.dist.clone());
         let signal = state(&[30, 27], DType::F64, Layout::C, from_y.dist);
-        assert_eq!(symmetric_room(&fft("c2r"), &spectrum, &signal, 4), 0);
+        assert_eq!(symmetric_room(&fft("c2r"), &spectrum, &signal, 4), 8 * 14 * 16);
         let back = inverse(&fft("c2r"));
         assert_eq!(symmetric_room(&back, &signal, &spectrum, 4), 30 * 4 * 16);
     }

@@ -1,7 +1,7 @@
-//! The way back to x-slabs after a slab FFT's second phase (`reshape = true`), batch by batch of
-//! y-rows: the second phase (along x, independent for each row) runs on one batch of this
-//! rank's rows, then that batch moves to the x-slab owners on the side queue
-//! ([`Backend::side`]), so the move of each batch overlaps the next batch's FFT.
+//! A slab FFT's phase run batch by batch of y-rows, each batch moving to the x-slab owners on
+//! the side queue ([`Backend::side`]) while the next batch's FFT runs: the first phase of an FFT
+//! from y-slabs on its way to x-slabs (along x and z, independent for each row), and the second
+//! phase of one from x-slabs on its way back to them (`reshape = true`, along x).
 //!
 //! The y-slab piece is `[X, s1, rest]` in C order. Rows `lo..hi` of it, for the planes of rank
 //! q's x-slab, land in q's piece `[s0_q, n1, rest]` at rows `y0 + lo..y0 + hi`: one run per
@@ -11,18 +11,18 @@
 //! engines); the step's trial runs choose ([`Route`]).
 
 use super::batched::{Put, batch_count, planes, slab_room, split};
-use crate::backend::work::Phase;
+use crate::backend::work::{AxisOp, Phase};
 use crate::backend::{Backend, Puts, Rows};
 use crate::dist::TensorState;
 use crate::backend::work::{Run, Runs};
 use crate::ops::movement::Route;
 use crate::runtime::comm::Parts;
-use crate::spec::tensor::DType;
+use crate::spec::tensor::{DType, Distribution, Layout};
 use anyhow::Result;
 
-/// One batch of rows: its second-phase FFT and its share of the move, ready to go either way.
+/// One batch of rows: its FFT and its share of the move, ready to go either way.
 struct Batch {
-    /// The second phase on this batch's rows (None for a rank with none).
+    /// The phase on this batch's rows (None for a rank with none).
     phase: Option<Phase>,
     /// The rank's own part, straight into the result.
     own: Runs,
@@ -36,8 +36,8 @@ struct Batch {
     puts: Vec<Put>,
 }
 
-/// The batched way back of one rank.
-pub struct BatchedBack<B: Backend> {
+/// The phase by rows and the move to x-slabs of one rank.
+pub struct ByRows<B: Backend> {
     batches: Vec<Batch>,
     elem: usize,
     send: B::Buf,
@@ -49,7 +49,7 @@ pub struct BatchedBack<B: Backend> {
     pub route: Route,
 }
 
-/// How the slabs split over the ranks, as the way back sees them.
+/// How the slabs split over the ranks, as the move to x-slabs sees them.
 struct Grid {
     /// (first, count) of each rank's x-planes.
     xs: Vec<(usize, usize)>,
@@ -68,9 +68,9 @@ struct Grid {
 }
 
 impl Grid {
-    /// Batch `k`: the second phase on its rows, and their way to the peers' x-slabs (packed, or
-    /// put where `can_put`) and this rank's own.
-    fn batch(&self, k: usize, phase2: &Phase, can_put: bool) -> Batch {
+    /// Batch `k`: the phase on its rows, and their way to the peers' x-slabs (packed, or put
+    /// where `can_put`) and this rank's own.
+    fn batch(&self, k: usize, phase: &Phase, can_put: bool) -> Batch {
         let (xs, ys) = (&self.xs, &self.ys);
         let (me, n1, rest, elem, n) = (self.me, self.n1, self.rest, self.elem, self.n);
         let ranks = xs.len();
@@ -78,7 +78,7 @@ impl Grid {
         let (lo, hi) = planes(s1, k, n);
         let run = |src, dst, rows: usize| Run::contiguous(src, dst, rows * rest);
         let mut batch = Batch {
-            phase: (hi > lo).then(|| phase2.on_rows(lo, hi)).flatten(),
+            phase: (hi > lo).then(|| phase.on_rows(lo, hi)).flatten(),
             own: Runs::default(),
             pack: Runs::default(),
             to: Parts::packed(&vec![0; ranks]),
@@ -133,20 +133,27 @@ impl Grid {
     }
 }
 
-impl<B: Backend> BatchedBack<B> {
-    /// The batched way from `natural` (the complex y-slab result of `phase2`) back to x-slabs
-    /// in C order, for an FFT that goes back by rows (`back_by_rows`, which also leaves the
-    /// second phase without a scale); None where the second phase does not split by rows or
-    /// cuFFT would find the rows misaligned.
-    pub fn new(b: &B, natural: &TensorState, phase2: &Phase) -> Result<Option<Self>> {
+impl<B: Backend> ByRows<B> {
+    /// `phase` by rows into `natural` (its complex y-slab result, C order), then to x-slabs in
+    /// C order; None where the phase does not split by rows ([`Phase::on_rows`]: a scale, a
+    /// c2r, or a transform along y) or cuFFT would find the rows misaligned.
+    pub fn new(b: &B, natural: &TensorState, phase: &Phase) -> Result<Option<Self>> {
         let (ranks, me) = (b.ranks(), b.rank());
-        if phase2.on_rows(0, 0).is_none() {
+        let y_slab = natural.dist == Distribution::slab(1) && natural.layout == Layout::C;
+        if ranks < 2 || !y_slab || natural.shape.len() < 2 || phase.on_rows(0, 0).is_none() {
             return Ok(None);
         }
         let shape: Vec<usize> = natural.shape.iter().map(|&n| n as usize).collect();
         let (n1, rest) = (shape[1], shape[2..].iter().product::<usize>());
         let elem = natural.dtype.size() as usize;
-        if !(rest * elem).is_multiple_of(16) {
+        // Bytes of a row entering the phase (an r2c's in reals) and leaving it: global sizes,
+        // so every rank decides alike.
+        let in_elem = match phase.ops.first() {
+            Some(AxisOp::R2c) => elem / 2,
+            _ => elem,
+        };
+        let row_in = phase.shape[2..].iter().product::<usize>() * in_elem;
+        if !row_in.is_multiple_of(16) || !(rest * elem).is_multiple_of(16) {
             return Ok(None);
         }
         let (xs, ys) = (split(shape[0], ranks), split(n1, ranks));
@@ -164,7 +171,7 @@ impl<B: Backend> BatchedBack<B> {
             elem,
             n,
         };
-        let batches: Vec<Batch> = (0..n).map(|k| grid.batch(k, phase2, can_put)).collect();
+        let batches: Vec<Batch> = (0..n).map(|k| grid.batch(k, phase, can_put)).collect();
         let most = |f: fn(&Batch) -> &Parts| {
             let each = batches.iter().map(|b| f(b).counts.iter().sum::<usize>());
             each.max().unwrap_or(0)
@@ -175,7 +182,7 @@ impl<B: Backend> BatchedBack<B> {
             Some(out) => out,
             None => b.zeros(xs[me].1 * n1 * rest * elem)?,
         };
-        Ok(Some(BatchedBack {
+        Ok(Some(ByRows {
             batches,
             elem,
             send: b.zeros(most_sent * elem)?,
@@ -185,14 +192,14 @@ impl<B: Backend> BatchedBack<B> {
         }))
     }
 
-    /// Runs the second phase from `moved` into `after2` and the way back, batch by batch;
+    /// Runs the phase from `input` into `after` and the move to x-slabs, batch by batch;
     /// returns the x-slab piece.
     pub fn run(
         &mut self,
         b: &B,
         precision: DType,
-        moved: &B::Buf,
-        after2: &mut B::Buf,
+        input: &B::Buf,
+        after: &mut B::Buf,
     ) -> Result<&B::Buf> {
         let (send, recv, out, elem) = (&mut self.send, &mut self.recv, &mut self.out, self.elem);
         let route = self.route;
@@ -200,12 +207,12 @@ impl<B: Backend> BatchedBack<B> {
         let mut last = None;
         for batch in &self.batches {
             if let Some(phase) = &batch.phase {
-                b.fft(precision, phase, (moved, 0), (&mut *after2, 0))?;
+                b.fft(precision, phase, (input, 0), (&mut *after, 0))?;
             }
-            let after2 = &*after2;
+            let after = &*after;
             let parts = (&batch.own, &batch.puts[..]);
-            last = Some(route.move_batch(b, after2, out, parts, elem, &mut |out| {
-                b.copy_runs(after2, send, &batch.pack, elem)?;
+            last = Some(route.move_batch(b, after, out, parts, elem, &mut |out| {
+                b.copy_runs(after, send, &batch.pack, elem)?;
                 b.all_to_all_v(send, &batch.to, recv, &batch.from, elem)?;
                 b.copy_runs(recv, out, &batch.unpack, elem)?;
                 Ok(())
