@@ -126,6 +126,15 @@ def spec(p, nvshmem=False):
     s.append(step(op="fft", input="fp", out="fpo", norm="ortho"))
     s.append(step(op="fft", input="fi", kind="c2c"))
     outs += ["gx", "gx2", "gy", "gy2", "gr", "hr", "gr2", "hr2", "fpo", "fi"]
+    # Transforms of 8192 points down columns (the GPU runs them on the columns transposed): a
+    # 2-D second phase, a 3-D inner axis (c2c, and before a c2r).
+    t.append(tensor("fl", (8192, 12), "c64", '{ slab = "x" }'))
+    t.append(tensor("fl3", (4, 8192, 6), "c128", '{ slab = "y" }'))
+    t.append(tensor("flr", (4, 8192, 5), "c64", '{ slab = "y" }'))
+    s.append(step(op="fft", input="fl", out="gl", kind="c2c", reshape=False))
+    s.append(step(op="fft", input="fl3", out="gl3", kind="c2c", direction="inverse"))
+    s.append(step(op="fft", input="flr", out="glr", kind="c2r", direction="inverse", reshape=False))
+    outs += ["gl", "gl3", "glr"]
     runtime = '[runtime]\nbackends = ["nccl", "nvshmem"]\n' if nvshmem else ""
     out = ['[job]\nname = "gpu-check-compute"\nseed = 5\n' + runtime] + t + s
     out.append("[output]\ngather = true\ntensors = [" + ", ".join(f'"{o}"' for o in outs) + "]\n")

@@ -114,13 +114,13 @@ fn cases(p: usize) -> Vec<Case> {
     let mut c = base("r2c", DType::F64, &s2, "{ slab = 0 }");
     c.reshape = false;
     all.push(c);
-    // From y-slabs batch by batch of rows (16-byte rows) and back batch by batch of planes: a
+    // From y-slabs batch by batch of rows and back batch by batch of planes: a
     // c2c with its inverse norm, an r2c (its first phase reads real rows).
     let mut c = base("c2c", DType::C128, &s3, "{ slab = 1 }");
     (c.inverse, c.norm) = (true, "ortho");
     all.push(c);
     all.push(base("r2c", DType::F64, &vec![30, 27, 34], "{ slab = 1 }"));
-    // Back to x-slabs batch by batch of rows (16-byte rows): r2c, and a 2-D c2c with its norm.
+    // Back to x-slabs batch by batch of rows: r2c, and a 2-D c2c with its norm.
     all.push(base("r2c", DType::F64, &s3, "{ slab = 0 }"));
     let mut c = base("c2c", DType::C128, &s2, "{ slab = 0 }");
     c.norm = "ortho";

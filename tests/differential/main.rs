@@ -9,6 +9,7 @@
 //! ```text
 //! cargo test --release --test differential -- --seed 7 --cases 5000 --ranks 1,2,3,4
 //! cargo test --test differential -- --seed 7 --case 1234     # one case again, kept on disk
+//!   --op fft          run only the sampled cases with a step of this op (same case numbers)
 //!   --distrun PATH    the binary to run (default: the one cargo built)
 //!   --device cuda     run every case on GPUs (runtime.device = "cuda")
 //!   --keep            keep every case's directory, not only failing ones
@@ -36,6 +37,7 @@ struct Options {
     distrun: PathBuf,
     device: Option<String>,
     keep: bool,
+    op: Option<String>,
 }
 
 fn options() -> Option<Options> {
@@ -47,6 +49,7 @@ fn options() -> Option<Options> {
         distrun: PathBuf::from(env!("CARGO_BIN_EXE_distrun")),
         device: None,
         keep: false,
+        op: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -64,6 +67,7 @@ fn options() -> Option<Options> {
             "--distrun" => o.distrun = PathBuf::from(value()),
             "--device" => o.device = Some(value()),
             "--keep" => o.keep = true,
+            "--op" => o.op = Some(value()),
             // libtest's own flags, which `cargo test` may pass to every test binary.
             _ if a.starts_with('-') => {}
             // A test-name filter that does not name this test: nothing to run.
@@ -90,10 +94,15 @@ fn main() {
         None => (0..o.cases).collect(),
     };
     let mut failures = Vec::new();
+    let mut ran = 0;
     let mut coverage: BTreeMap<String, usize> = BTreeMap::new();
     for &i in &indices {
         let p = o.ranks[i % o.ranks.len()];
         let case = specs::case(case_seed(o.seed, i), p, o.device.as_deref());
+        if (o.op.as_ref()).is_some_and(|op| !case.ops.contains(op)) {
+            continue;
+        }
+        ran += 1;
         for op in &case.ops {
             *coverage.entry(op.clone()).or_default() += 1;
         }
@@ -132,7 +141,7 @@ fn main() {
     let covered: Vec<String> = coverage.iter().map(|(k, v)| format!("{k} {v}")).collect();
     eprintln!(
         "differential: {} cases (seed {}, ranks {:?}) in {:.1} s; steps: {}",
-        indices.len(),
+        ran,
         o.seed,
         o.ranks,
         started.elapsed().as_secs_f64(),

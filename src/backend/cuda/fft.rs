@@ -5,7 +5,7 @@
 
 use super::{Cuda, DevBuf, launch_config};
 use crate::backend::Backend;
-use crate::backend::work::{AxisOp, Phase};
+use crate::backend::work::{AxisOp, Phase, RunGrid};
 use crate::spec::tensor::DType;
 use anyhow::{Result, anyhow};
 use cudarc::cufft::{CudaFft, result as cufft, sys};
@@ -136,6 +136,37 @@ impl Group {
     /// default layout).
     pub fn strided(&self) -> bool {
         self.stride != 1 || self.embed.is_some()
+    }
+
+    /// Whether this is a c2c of 8192 points or more down `batch` columns of `launches` C-order
+    /// matrices `[n, stride]` (an outer axis; some rows of one), which runs faster transposed
+    /// (see [`Cuda::run_plan`]): on an H200, cuFFT's strided transforms of 8192 points or more
+    /// took 3.5-4.9x its contiguous ones, where two tile transposes cost about two copies of
+    /// the data (bench/RESULTS.md, 2026-11-26 fourth session).
+    pub fn by_rows(&self) -> bool {
+        let n = self.dims[0];
+        matches!(self.transform, Transform::C2c { .. })
+            && self.dims.len() == 1
+            && n >= 8192
+            && self.embed.is_none()
+            && self.stride >= self.batch
+            && self.stride > 1
+            && self.dist == InOut::both(1)
+            && (self.launches == 1 || self.launch_step == InOut::both(n * self.stride))
+    }
+
+    /// The same transforms on the columns transposed, `[batch, n]` for each matrix (see
+    /// [`Group::by_rows`]): contiguous rows, all in one launch.
+    fn as_rows(&self) -> Group {
+        let n = self.dims[0];
+        Group {
+            stride: 1,
+            dist: InOut::both(n),
+            batch: self.batch * self.launches,
+            launches: 1,
+            launch_step: InOut::both(0),
+            ..self.clone()
+        }
     }
 
     /// A real transform of one point (a last axis of length 1): `batch` values converted, no
@@ -431,10 +462,12 @@ fn strided(transform: Transform, axis: usize, shape: &[usize]) -> Group {
 }
 
 /// A cuFFT plan (none for a one-point real transform; cudarc's, destroyed when dropped) and the
-/// group it computes.
+/// group it computes; for a group run on its transposed matrices ([`Group::by_rows`]), the plan
+/// is of their rows (`rows`).
 pub struct Plan {
     cufft: Option<CudaFft>,
     group: Group,
+    rows: Option<Group>,
 }
 
 fn cufft_err(e: cufft::CufftError) -> anyhow::Error {
@@ -468,49 +501,57 @@ impl Plan {
     /// Makes the plan of `group` on `stream`.
     fn new(group: Group, precision: DType, stream: &Arc<CudaStream>) -> Result<Self> {
         if group.one_point() {
-            return Ok(Plan { cufft: None, group });
+            return Ok(Plan {
+                cufft: None,
+                group,
+                rows: None,
+            });
         }
+        let rows = group.by_rows().then(|| group.as_rows());
+        let planned = rows.as_ref().unwrap_or(&group);
         let int =
             |x: usize| c_int::try_from(x).map_err(|_| anyhow!("FFT too large for cuFFT: {x}"));
         let ints = |v: &[usize]| v.iter().map(|&d| int(d)).collect::<Result<Vec<_>>>();
-        let n = ints(&group.dims)?;
-        let [inembed, onembed] = match &group.embed {
+        let n = ints(&planned.dims)?;
+        let [inembed, onembed] = match &planned.embed {
             Some([i, o]) => [ints(i)?, ints(o)?],
             None => [n.clone(), n.clone()],
         };
-        let advanced = group.strided();
-        let stride = int(group.stride)?;
+        let advanced = planned.strided();
+        let stride = int(planned.stride)?;
         let cufft = CudaFft::plan_many(
             &n,
             advanced.then_some(&inembed[..]),
             stride,
-            int(group.dist.input)?,
+            int(planned.dist.input)?,
             advanced.then_some(&onembed[..]),
             stride,
-            int(group.dist.output)?,
-            plan_type(group.transform, precision),
-            int(group.batch)?,
+            int(planned.dist.output)?,
+            plan_type(planned.transform, precision),
+            int(planned.batch)?,
             stream.clone(),
         )
         .map_err(cufft_err)?;
         Ok(Plan {
             cufft: Some(cufft),
             group,
+            rows,
         })
     }
 
     /// Runs the cuFFT plan from `src` into `dst` (device addresses), `real` bytes per real value.
     fn exec(&self, handle: sys::cufftHandle, src: u64, dst: u64, precision: DType) -> Result<()> {
-        let (ie, oe) = element_bytes(self.group.transform, precision);
+        let group = self.rows.as_ref().unwrap_or(&self.group);
+        let (ie, oe) = element_bytes(group.transform, precision);
         // cuFFT's directions: -1 forward (e^-i), +1 inverse.
         let dir = |inverse: bool| if inverse { 1 } else { -1 };
-        for l in 0..self.group.launches {
-            let i = src + (l * self.group.launch_step.input * ie) as u64;
-            let o = dst + (l * self.group.launch_step.output * oe) as u64;
+        for l in 0..group.launches {
+            let i = src + (l * group.launch_step.input * ie) as u64;
+            let o = dst + (l * group.launch_step.output * oe) as u64;
             let h = handle;
             // SAFETY: the group's layout stays inside both buffers (sized from the phase).
             unsafe {
-                match (self.group.transform, precision) {
+                match (group.transform, precision) {
                     (Transform::C2c { inverse }, DType::C64) => {
                         cufft::exec_c2c(h, i as _, o as _, dir(inverse))
                     }
@@ -533,6 +574,9 @@ impl Cuda<'_> {
     /// Runs one plan from `src` into `dst` (device addresses): cuFFT's, or a one-point real
     /// transform's conversion.
     fn run_plan(&self, plan: &Plan, src: u64, dst: u64, precision: DType) -> Result<()> {
+        if let (Some(cufft), Some(_)) = (&plan.cufft, &plan.rows) {
+            return self.run_by_rows(plan, cufft.handle(), (src, dst), precision);
+        }
         if let Some(cufft) = &plan.cufft {
             return plan.exec(cufft.handle(), src, dst, precision);
         }
@@ -552,6 +596,42 @@ impl Cuda<'_> {
             unsafe { launch.launch(launch_config(n)) }?;
         }
         Ok(())
+    }
+
+    /// Runs a plan down the columns of matrices ([`Group::by_rows`]) on them transposed: from
+    /// `src` into scratch of their size (stream-ordered, freed after), the rows plan in place
+    /// there, back into `dst`; each move a tile copy.
+    fn run_by_rows(
+        &self,
+        plan: &Plan,
+        handle: sys::cufftHandle,
+        (src, dst): (u64, u64),
+        precision: DType,
+    ) -> Result<()> {
+        let g = &plan.group;
+        let (n, b, pitch, elem) = (g.dims[0], g.batch, g.stride, precision.size() as usize);
+        // SAFETY: the first tile copy writes every byte before the plan reads it.
+        let scratch = unsafe { self.stream.alloc::<u8>(n * b * g.launches * elem) }?;
+        let s = scratch.device_ptr(&self.stream).0;
+        // Column c of matrix p, down its n elements, to (and from) row c of p's transpose.
+        let there = RunGrid {
+            start: (0, 0),
+            batches: g.launches,
+            outer: (g.launch_step.input, n * b),
+            rows: b,
+            step: (1, n),
+            count: n,
+            strides: (pitch, 1),
+        };
+        self.copy_grid_at((src, s), &there, elem)?;
+        plan.exec(handle, s, s, precision)?;
+        let back = RunGrid {
+            outer: (n * b, g.launch_step.output),
+            step: (n, 1),
+            strides: (1, pitch),
+            ..there
+        };
+        self.copy_grid_at((s, dst), &back, elem)
     }
 
     /// Makes the input at `x` of a c2r plan `g` Hermitian on the planes that its first and (for
@@ -911,6 +991,33 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn long_transforms_down_columns_run_on_the_transposed_rows() {
+        // A 2-D y-slab's second phase: 8192-point columns, 6 of them: transposed, 6 rows.
+        let g = groups(&phase(&[8192, 6], vec![c2c(0, false)]));
+        assert!(g[0].by_rows());
+        let rows = g[0].as_rows();
+        assert_eq!(
+            (rows.stride, rows.dist, rows.batch),
+            (1, InOut::both(8192), 6)
+        );
+        // An inner axis: one matrix [8192, 3] for each of the 16 outer blocks, in one plan.
+        let g = groups(&phase(&[16, 8192, 3], vec![c2c(1, true)]));
+        assert!(g[0].by_rows() && g[0].launches == 16);
+        let rows = g[0].as_rows();
+        assert_eq!((rows.batch, rows.launches), (48, 1));
+        // Shorter columns stay strided; so do real transforms and contiguous lines.
+        assert!(!groups(&phase(&[4096, 6], vec![c2c(0, false)]))[0].by_rows());
+        // Some rows of a y-slab (2 of its 6 columns): those, transposed.
+        let some_rows = phase(&[8192, 6], vec![c2c(0, false)])
+            .on_rows(1, 3)
+            .unwrap();
+        let g = groups(&some_rows);
+        assert!(g[0].by_rows() && g[0].as_rows().batch == 2);
+        assert!(!groups(&phase(&[6, 8192], vec![c2c(1, false)]))[0].by_rows());
+        assert!(!groups(&phase(&[2, 16384], vec![AxisOp::R2c]))[0].by_rows());
     }
 
     #[test]

@@ -618,6 +618,13 @@ impl<'a> Cuda<'a> {
     /// Copies runs that make grids (see [`RunGrid`]) in tiles, each read and written along the
     /// axis that is contiguous on its side (elements of 1, 2, 4, 8 or 16 bytes).
     fn copy_grid(&self, src: &DevBuf, dst: &mut DevBuf, g: &RunGrid, elem: usize) -> Result<()> {
+        let ptrs = (self.ptr(src), self.ptr(dst));
+        self.copy_grid_at(ptrs, g, elem)
+    }
+
+    /// [`Cuda::copy_grid`] between device addresses (the grid's starts count from them), on the
+    /// stream data movement goes to now.
+    fn copy_grid_at(&self, (src, dst): (u64, u64), g: &RunGrid, elem: usize) -> Result<()> {
         let grid = GridArg(
             [
                 g.start.0,
@@ -637,7 +644,7 @@ impl<'a> Cuda<'a> {
         // Along the runs where they follow each other and a run's elements do not.
         let load_q = i32::from(g.step.0 == 1 && g.strides.0 != 1);
         let store_q = i32::from(g.step.1 == 1 && g.strides.1 != 1);
-        let wide = wide_words(g, elem, (self.ptr(src), self.ptr(dst)));
+        let wide = wide_words(g, elem, (src, dst));
         let side = 32 * word_elements(elem).filter(|_| wide).unwrap_or(1);
         let tiles = |n: usize| n.div_ceil(side).clamp(1, 65535) as u32;
         let cfg = LaunchConfig {
@@ -653,13 +660,13 @@ impl<'a> Cuda<'a> {
         let wide = i32::from(wide);
         let mut launch = self.st().launch_builder(kernel);
         launch
-            .arg(&*src.data)
-            .arg(&mut *dst.data)
+            .arg(&src)
+            .arg(&dst)
             .arg(&grid)
             .arg(&load_q)
             .arg(&store_q)
             .arg(&wide);
-        // SAFETY: the grid's runs stay inside both buffers (the exchange plans size them).
+        // SAFETY: the grid's runs stay inside both buffers (their callers size them).
         unsafe { launch.launch(cfg) }?;
         Ok(())
     }

@@ -136,7 +136,8 @@ impl Grid {
 impl<B: Backend> ByRows<B> {
     /// `phase` by rows into `natural` (its complex y-slab result, C order), then to x-slabs in
     /// C order; None where the phase does not split by rows ([`Phase::on_rows`]: a scale, a
-    /// c2r, or a transform along y) or cuFFT would find the rows misaligned.
+    /// c2r, or a transform along y) or cuFFT would find the rows misaligned (an r2c's of an
+    /// odd length).
     pub fn new(b: &B, natural: &TensorState, phase: &Phase) -> Result<Option<Self>> {
         let (ranks, me) = (b.ranks(), b.rank());
         let y_slab = natural.dist == Distribution::slab(1) && natural.layout == Layout::C;
@@ -146,14 +147,15 @@ impl<B: Backend> ByRows<B> {
         let shape: Vec<usize> = natural.shape.iter().map(|&n| n as usize).collect();
         let (n1, rest) = (shape[1], shape[2..].iter().product::<usize>());
         let elem = natural.dtype.size() as usize;
-        // Bytes of a row entering the phase (an r2c's in reals) and leaving it: global sizes,
+        // cuFFT wants its pointers aligned to the complex type (cupy's issue 9229): a row
+        // entering the phase (an r2c's of reals) must be whole complex values. Global sizes,
         // so every rank decides alike.
         let in_elem = match phase.ops.first() {
             Some(AxisOp::R2c) => elem / 2,
             _ => elem,
         };
         let row_in = phase.shape[2..].iter().product::<usize>() * in_elem;
-        if !row_in.is_multiple_of(16) || !(rest * elem).is_multiple_of(16) {
+        if !row_in.is_multiple_of(elem) {
             return Ok(None);
         }
         let (xs, ys) = (split(shape[0], ranks), split(n1, ranks));
