@@ -162,7 +162,7 @@ pub enum NoPuts {}
 impl Puts for NoPuts {
     type Buf = Vec<u8>;
 
-    fn symmetric(&self, _: usize) -> Result<Vec<u8>> {
+    fn symmetric(&self, _: usize, _: usize) -> Result<Vec<u8>> {
         match *self {}
     }
 

@@ -249,9 +249,10 @@ pub trait Puts {
     /// The backend's buffer.
     type Buf;
 
-    /// A zeroed buffer of `bytes` that other ranks write into with [`Puts::put`] (on NVSHMEM's
-    /// symmetric heap; collective, the same size on every rank).
-    fn symmetric(&self, bytes: usize) -> Result<Self::Buf>;
+    /// A zeroed buffer of `reserved` bytes that other ranks write into with [`Puts::put`] (on
+    /// NVSHMEM's symmetric heap; collective, the same size on every rank), of which this rank's
+    /// piece is the first `bytes` (a buffer `bytes` long: a piece of an uneven split).
+    fn symmetric(&self, reserved: usize, bytes: usize) -> Result<Self::Buf>;
     /// The `reserved` bytes of the symmetric buffer `buf` from byte `offset` (the same on every
     /// rank: puts may fill them all) as a symmetric buffer of its own, of which this rank's
     /// piece is the first `bytes` (the same memory, not a copy: a planned tensor on the heap).

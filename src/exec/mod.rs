@@ -290,7 +290,7 @@ fn execute<B: Backend>(b: &B, plan: &Plan, progress: &Progress) -> Result<Outcom
         Some(puts) if plan.tensors.values().any(|t| t.symmetric.is_some()) => {
             let bytes = plan.symmetric_tensor_bytes as usize;
             let what = format!("heap buffer, {bytes} bytes");
-            let buf = setup(b, progress, &what, || puts.symmetric(bytes))?;
+            let buf = setup(b, progress, &what, || puts.symmetric(bytes, bytes))?;
             Some((puts, buf))
         }
         _ => None,

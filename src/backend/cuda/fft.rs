@@ -599,8 +599,9 @@ impl Cuda<'_> {
     }
 
     /// Runs a plan down the columns of matrices ([`Group::by_rows`]) on them transposed: from
-    /// `src` into scratch of their size (stream-ordered, freed after), the rows plan in place
-    /// there, back into `dst`; each move a tile copy.
+    /// `src` into the backend's FFT scratch (grown to their size where it is smaller), the rows
+    /// plan in place there, back into `dst`; each move a tile copy. Every FFT phase runs on
+    /// the main stream, so the scratch is free again when the next one starts.
     fn run_by_rows(
         &self,
         plan: &Plan,
@@ -610,9 +611,15 @@ impl Cuda<'_> {
     ) -> Result<()> {
         let g = &plan.group;
         let (n, b, pitch, elem) = (g.dims[0], g.batch, g.stride, precision.size() as usize);
-        // SAFETY: the first tile copy writes every byte before the plan reads it.
-        let scratch = unsafe { self.stream.alloc::<u8>(n * b * g.launches * elem) }?;
-        let s = scratch.device_ptr(&self.stream).0;
+        let need = n * b * g.launches * elem;
+        let mut scratch = self.fft_scratch.borrow_mut();
+        if scratch.as_ref().is_none_or(|s| s.len() < need) {
+            // The smaller one goes first, so that both are never held at once.
+            *scratch = None;
+            // SAFETY: the first tile copy writes every byte a plan reads.
+            *scratch = Some(unsafe { self.stream.alloc::<u8>(need) }?);
+        }
+        let s = scratch.as_ref().map_or(0, |s| s.device_ptr(&self.stream).0);
         // Column c of matrix p, down its n elements, to (and from) row c of p's transpose.
         let there = RunGrid {
             start: (0, 0),

@@ -435,6 +435,9 @@ pub struct Cuda<'a> {
     tables: RefCell<std::collections::HashMap<(u64, usize), CudaSlice<u64>>>,
     /// cuFFT plans by phase and precision, made on first use.
     ffts: RefCell<Vec<fft::CachedPlans>>,
+    /// Scratch of the FFT plans run on transposed columns (see `fft::Group::by_rows`), as large
+    /// as the largest so far, kept like cuFFT's own work areas.
+    fft_scratch: RefCell<Option<CudaSlice<u8>>>,
     /// The check kernels, compiled on the first check.
     checks: OnceCell<check::CheckKernels>,
     name: String,
@@ -599,6 +602,7 @@ impl<'a> Cuda<'a> {
             nvshmem,
             tables: RefCell::default(),
             ffts: RefCell::new(Vec::new()),
+            fft_scratch: RefCell::new(None),
             checks: OnceCell::new(),
             name: format!("cuda:{ordinal} ({name}; {})", versions(nvshmem_version)),
             startup: clock.laps,
@@ -742,6 +746,7 @@ impl<'a> Cuda<'a> {
 impl Drop for Cuda<'_> {
     fn drop(&mut self) {
         self.ffts.borrow_mut().clear();
+        self.fft_scratch.take();
         self.blas.take();
         if let Some(comm) = self.nccl {
             // SAFETY: the communicator this backend created, destroyed once.
@@ -832,16 +837,20 @@ impl Cuda<'_> {
 impl Puts for Cuda<'_> {
     type Buf = DevBuf;
 
-    fn symmetric(&self, bytes: usize) -> Result<Self::Buf> {
+    fn symmetric(&self, reserved: usize, bytes: usize) -> Result<Self::Buf> {
         let Some(nv) = self.nvshmem.as_ref().filter(|nv| nv.peers_mapped()) else {
             bail!("symmetric buffers need NVSHMEM on GPUs that map each other's memory");
         };
-        let sym = nv.alloc(bytes)?;
-        // SAFETY: `bytes` (at least one) of device memory on this GPU, kept alive by `sym`;
-        // DevBuf's drop leaks the slice instead of freeing it.
+        anyhow::ensure!(
+            bytes <= reserved,
+            "{bytes} bytes in a reservation of {reserved}"
+        );
+        let sym = nv.alloc(reserved)?;
+        // SAFETY: `reserved` (at least one) bytes of device memory on this GPU, kept alive by
+        // `sym`; DevBuf's drop leaks the slice instead of freeing it.
         let data = unsafe {
             self.stream
-                .upgrade_device_ptr::<u8>(sym.ptr(), bytes.max(1))
+                .upgrade_device_ptr::<u8>(sym.ptr(), reserved.max(1))
         };
         let mut buf = DevBuf {
             data: ManuallyDrop::new(data),

@@ -286,7 +286,8 @@ impl<B: Backend> Batched<B> {
             return Ok(None);
         }
         let room = slab_room(&middle.shape, elem, ranks, 1);
-        let symmetric = b.puts().map(|p| p.symmetric(room)).transpose()?;
+        let piece = shape[0] * ys[me].1 * inner * elem;
+        let symmetric = b.puts().map(|p| p.symmetric(room, piece)).transpose()?;
         let can_put = symmetric.is_some();
         // The send buffer holds each peer's part whole, peers in rank order (not this rank).
         let mut displ = vec![0; ranks];
@@ -313,7 +314,7 @@ impl<B: Backend> Batched<B> {
             .sum::<usize>();
         let out = match symmetric {
             Some(out) => out,
-            None => b.zeros(shape[0] * ys[me].1 * inner * elem)?,
+            None => b.zeros(piece)?,
         };
         Ok(Some(Batched {
             batches,

@@ -162,7 +162,8 @@ impl<B: Backend> ByRows<B> {
         let fewest = ys.iter().map(|y| y.1).min().unwrap_or(0);
         let n = batch_count(&natural.shape, elem, ranks, fewest);
         let room = slab_room(&natural.shape, elem, ranks, 0);
-        let symmetric = b.puts().map(|p| p.symmetric(room)).transpose()?;
+        let piece = xs[me].1 * n1 * rest * elem;
+        let symmetric = b.puts().map(|p| p.symmetric(room, piece)).transpose()?;
         let can_put = symmetric.is_some();
         let grid = Grid {
             xs,
@@ -179,10 +180,9 @@ impl<B: Backend> ByRows<B> {
             each.max().unwrap_or(0)
         };
         let (most_sent, most_received) = (most(|b| &b.to), most(|b| &b.from));
-        let Grid { xs, .. } = grid;
         let out = match symmetric {
             Some(out) => out,
-            None => b.zeros(xs[me].1 * n1 * rest * elem)?,
+            None => b.zeros(piece)?,
         };
         Ok(Some(ByRows {
             batches,

@@ -1,7 +1,8 @@
 //! What a prepared FFT, and its check, hold on a rank beyond the input and result, as the plan
 //! counts it: the input moved to the working slab, each phase's result, the transposes' scratch
 //! (an exchange's, or the batched transposes' landing and send buffers, which are no larger),
-//! the way back to the result's distribution, and the CPU's copies in its local phases. The
+//! the way back to the result's distribution, and the CPU's copies in its local phases (as much
+//! as the GPU's scratch for long transforms down columns takes: at most a phase's piece). The
 //! library's own plans and scratch (cuFFT's work area, rustfft's per-thread scratch of one
 //! line) are not counted.
 

@@ -97,7 +97,7 @@ impl<B: Backend> Pipeline<B> {
             .iter()
             .any(|r| matches!(r.arrival, Arrival::Put { .. }));
         let signals = match puts {
-            true => Some(puts_of(b).symmetric(4 * rounds.len())?),
+            true => Some(puts_of(b).symmetric(4 * rounds.len(), 4 * rounds.len())?),
             false => None,
         };
         Ok(Pipeline {
@@ -189,7 +189,7 @@ fn arrival<B: Backend>(
     let bytes = |iv: &Option<Intervals>| extent(iv, 0) * extent(iv, 1) * elem;
     let largest = pieces.iter().map(bytes).max().unwrap_or(0);
     if let Some(puts) = b.puts() {
-        let buf = puts.symmetric(largest)?;
+        let buf = puts.symmetric(largest, largest)?;
         let to = sender
             .iter()
             .position(|&s| s == rank)
