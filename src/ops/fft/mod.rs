@@ -97,7 +97,8 @@ fn back_batched(kind: FftKind, s0: usize, out: &TensorState, ranks: usize) -> bo
 }
 
 /// The two local phases of an FFT on `rank`: first every axis the working slab holds whole
-/// (r2c's last first, c2r's last held back), then the axis the first slab split and c2r's last.
+/// (r2c's last first, c2r's last held back, a c2c's after y from y-slabs held back), then the
+/// axis the first slab split, those held back and c2r's last.
 /// The norm's scale comes with the second, unless that one runs row batch by row batch on the way
 /// back to x-slabs (then with the first: the FFT is linear; a phase by rows scales nothing).
 fn phases(step: &Fft, input: &TensorState, out: &TensorState, (ranks, rank): (u64, u64)) -> [Phase; 2] {
@@ -113,17 +114,25 @@ fn phases(step: &Fft, input: &TensorState, out: &TensorState, (ranks, rank): (u6
             .map(|&n| n as usize)
             .collect()
     };
+    // From y-slabs a c2c's axes after y wait for the second phase: there they and y are the
+    // trailing axes of each x-plane, one contiguous cuFFT plan (in the first phase they would
+    // be strided by the rows, and y in the second one plan per x-plane).
+    let later = |axis: usize| s0 == 1 && step.kind == FftKind::C2c && axis > s0;
     let mut ops1 = Vec::new();
     if step.kind == FftKind::R2c {
         ops1.push(AxisOp::R2c);
     }
-    for axis in (0..nd).rev().filter(|&a| a != s0) {
+    for axis in (0..nd).rev().filter(|&a| a != s0 && !later(a)) {
         if axis == last && step.kind != FftKind::C2c {
             continue;
         }
         ops1.push(AxisOp::C2c { axis, inverse });
     }
-    let mut ops2 = Vec::new();
+    let mut ops2: Vec<AxisOp> = (s0 + 1..nd)
+        .rev()
+        .filter(|&a| later(a))
+        .map(|axis| AxisOp::C2c { axis, inverse })
+        .collect();
     if !(step.kind == FftKind::C2r && s0 == last) {
         ops2.push(AxisOp::C2c { axis: s0, inverse });
     }
