@@ -79,7 +79,7 @@ pub struct Batched<B: Backend> {
 impl Route {
     /// Before a run's batches: with puts, every peer is done reading its result of the last
     /// run before puts overwrite it.
-    pub fn start<B: Backend>(self, b: &B) -> Result<()> {
+    fn start<B: Backend>(self, b: &B) -> Result<()> {
         if self.puts() {
             puts_of(b).put_barrier()?;
         }
@@ -88,7 +88,7 @@ impl Route {
 
     /// After a run's batches: the main queue waits for the last batch's move (`last`) and, with
     /// puts, for every peer's puts to land.
-    pub fn finish<B: Backend>(self, b: &B, last: Option<B::Mark>) -> Result<()> {
+    fn finish<B: Backend>(self, b: &B, last: Option<B::Mark>) -> Result<()> {
         if let Some(mark) = &last {
             b.wait(mark)?;
         }
@@ -102,7 +102,7 @@ impl Route {
     /// peers) and returns its mark: with puts, one put per peer on the side queue, then the own
     /// part copied on the main queue (the puts do not wait for it); otherwise the own part and
     /// `nccl` (given `out`) on the side queue.
-    pub(super) fn move_batch<B: Backend>(
+    fn move_batch<B: Backend>(
         self,
         b: &B,
         src: &B::Buf,
@@ -124,6 +124,46 @@ impl Route {
             b.copy_runs(src, out, own, elem)?;
             nccl(out)
         })
+    }
+
+    /// Runs a phase batch by batch, each batch's move into `out` queued as soon as its FFT
+    /// (`fft`, into `after`) is: by puts, or by NCCL (`nccl`, from `after` into `out`; see
+    /// [`Route::move_batch`]). Returns once the main queue waits for every move.
+    pub(super) fn run_batches<B: Backend, T: Moves>(
+        self,
+        b: &B,
+        batches: &[T],
+        (after, out): (&mut B::Buf, &mut B::Buf),
+        elem: usize,
+        fft: &mut dyn FnMut(&T, &mut B::Buf) -> Result<()>,
+        nccl: &mut ByNccl<'_, B, T>,
+    ) -> Result<()> {
+        self.start(b)?;
+        let mut last = None;
+        for batch in batches {
+            fft(batch, after)?;
+            let after = &*after;
+            let parts = batch.parts();
+            let mut by_nccl = |out: &mut B::Buf| nccl(batch, after, out);
+            last = Some(self.move_batch(b, after, out, parts, elem, &mut by_nccl)?);
+        }
+        self.finish(b, last)
+    }
+}
+
+/// A batch's move by NCCL from the phase's output into the result (see [`Route::run_batches`]).
+pub(super) type ByNccl<'a, B, T> =
+    dyn FnMut(&T, &<B as Backend>::Buf, &mut <B as Backend>::Buf) -> Result<()> + 'a;
+
+/// A batch's own part (copied) and its parts for the peers (put), as [`Route::run_batches`]
+/// moves them.
+pub(super) trait Moves {
+    fn parts(&self) -> (&Runs, &[Put]);
+}
+
+impl Moves for Batch {
+    fn parts(&self) -> (&Runs, &[Put]) {
+        (&self.own, &self.puts)
     }
 }
 
@@ -334,26 +374,24 @@ impl<B: Backend> Batched<B> {
         work: &B::Buf,
         after1: &mut B::Buf,
     ) -> Result<&B::Buf> {
-        let (send, out, elem, route) = (&mut self.send, &mut self.out, self.elem, self.route);
-        route.start(b)?;
-        let mut last = None;
-        for batch in &self.batches {
-            if batch.phase.shape[0] > 0 {
-                b.fft(
-                    precision,
-                    &batch.phase,
-                    (work, batch.at.0),
-                    (&mut *after1, batch.at.1),
-                )?;
-            }
-            let after1 = &*after1;
-            let parts = (&batch.own, &batch.puts[..]);
-            last = Some(route.move_batch(b, after1, out, parts, elem, &mut |out| {
+        let (send, elem) = (&mut self.send, self.elem);
+        self.route.run_batches(
+            b,
+            &self.batches,
+            (after1, &mut self.out),
+            elem,
+            &mut |batch, after1| match batch.phase.shape[0] {
+                0 => Ok(()),
+                _ => {
+                    let (at_in, at_out) = batch.at;
+                    b.fft(precision, &batch.phase, (work, at_in), (after1, at_out))
+                }
+            },
+            &mut |batch, after1, out| {
                 b.copy_runs(after1, send, &batch.pack, elem)?;
                 b.all_to_all_v(send, &batch.to, out, &batch.from, elem)
-            })?);
-        }
-        route.finish(b, last)?;
+            },
+        )?;
         Ok(&self.out)
     }
 }

@@ -10,7 +10,7 @@
 //! into the result), or, where the result is symmetric, by one strided put per peer (the copy
 //! engines); the step's trial runs choose ([`Route`]).
 
-use super::batched::{Put, batch_count, planes, slab_room, split};
+use super::batched::{Moves, Put, batch_count, planes, slab_room, split};
 use crate::backend::work::{AxisOp, Phase};
 use crate::backend::{Backend, Puts, Rows};
 use crate::dist::TensorState;
@@ -203,24 +203,28 @@ impl<B: Backend> ByRows<B> {
         input: &B::Buf,
         after: &mut B::Buf,
     ) -> Result<&B::Buf> {
-        let (send, recv, out, elem) = (&mut self.send, &mut self.recv, &mut self.out, self.elem);
-        let route = self.route;
-        route.start(b)?;
-        let mut last = None;
-        for batch in &self.batches {
-            if let Some(phase) = &batch.phase {
-                b.fft(precision, phase, (input, 0), (&mut *after, 0))?;
-            }
-            let after = &*after;
-            let parts = (&batch.own, &batch.puts[..]);
-            last = Some(route.move_batch(b, after, out, parts, elem, &mut |out| {
+        let (send, recv, elem) = (&mut self.send, &mut self.recv, self.elem);
+        self.route.run_batches(
+            b,
+            &self.batches,
+            (after, &mut self.out),
+            elem,
+            &mut |batch, after| match &batch.phase {
+                Some(phase) => b.fft(precision, phase, (input, 0), (after, 0)),
+                None => Ok(()),
+            },
+            &mut |batch, after, out| {
                 b.copy_runs(after, send, &batch.pack, elem)?;
                 b.all_to_all_v(send, &batch.to, recv, &batch.from, elem)?;
-                b.copy_runs(recv, out, &batch.unpack, elem)?;
-                Ok(())
-            })?);
-        }
-        route.finish(b, last)?;
+                b.copy_runs(recv, out, &batch.unpack, elem)
+            },
+        )?;
         Ok(&self.out)
+    }
+}
+
+impl Moves for Batch {
+    fn parts(&self) -> (&Runs, &[Put]) {
+        (&self.own, &self.puts)
     }
 }
