@@ -630,7 +630,7 @@ impl Cuda<'_> {
             count: n,
             strides: (pitch, 1),
         };
-        self.copy_grid_at((src, s), &there, elem)?;
+        self.copy_grid_at(&self.stream, (src, s), &there, elem)?;
         plan.exec(handle, s, s, precision)?;
         let back = RunGrid {
             outer: (n * b, g.launch_step.output),
@@ -638,7 +638,7 @@ impl Cuda<'_> {
             strides: (1, pitch),
             ..there
         };
-        self.copy_grid_at((s, dst), &back, elem)
+        self.copy_grid_at(&self.stream, (s, dst), &back, elem)
     }
 
     /// Makes the input at `x` of a c2r plan `g` Hermitian on the planes that its first and (for

@@ -623,12 +623,18 @@ impl<'a> Cuda<'a> {
     /// axis that is contiguous on its side (elements of 1, 2, 4, 8 or 16 bytes).
     fn copy_grid(&self, src: &DevBuf, dst: &mut DevBuf, g: &RunGrid, elem: usize) -> Result<()> {
         let ptrs = (self.ptr(src), self.ptr(dst));
-        self.copy_grid_at(ptrs, g, elem)
+        self.copy_grid_at(self.st(), ptrs, g, elem)
     }
 
-    /// [`Cuda::copy_grid`] between device addresses (the grid's starts count from them), on the
-    /// stream data movement goes to now.
-    fn copy_grid_at(&self, (src, dst): (u64, u64), g: &RunGrid, elem: usize) -> Result<()> {
+    /// [`Cuda::copy_grid`] between device addresses (the grid's starts count from them), on
+    /// `stream`.
+    fn copy_grid_at(
+        &self,
+        stream: &Arc<CudaStream>,
+        (src, dst): (u64, u64),
+        g: &RunGrid,
+        elem: usize,
+    ) -> Result<()> {
         let grid = GridArg(
             [
                 g.start.0,
@@ -662,7 +668,7 @@ impl<'a> Cuda<'a> {
         };
         let kernel = &self.kernels.copy_grid[elem.trailing_zeros() as usize];
         let wide = i32::from(wide);
-        let mut launch = self.st().launch_builder(kernel);
+        let mut launch = stream.launch_builder(kernel);
         launch
             .arg(&src)
             .arg(&dst)
