@@ -275,7 +275,8 @@ pub struct Phase {
 impl Phase {
     /// This phase on rows `lo..hi` of axis 1 only; None unless its transforms leave axis 1
     /// alone (along axis 0, the trailing axes from 2 on, an r2c of the last) in one direction,
-    /// nothing is scaled and no c2r runs: the rows are then independent of each other.
+    /// nothing is scaled and no c2r runs: the rows are then independent of each other. An r2c
+    /// of one point (a last axis of 1, which cuFFT would squeeze out of a plan) stays whole.
     pub fn on_rows(&self, lo: usize, hi: usize) -> Option<Phase> {
         let nd = self.shape.len();
         let last = nd.saturating_sub(1);
@@ -295,8 +296,11 @@ impl Phase {
             .first()
             .is_none_or(|&a| inner == (a..=last).collect::<Vec<_>>());
         let real_first = (self.ops.iter().skip(1)).all(|o| matches!(o, AxisOp::C2c { .. }));
+        let one_point = self.ops.contains(&AxisOp::R2c) && self.shape[last] == 1;
         let ok = nd >= 2
+            && lo <= hi
             && hi <= self.shape[1]
+            && !one_point
             && self.scale.is_none()
             && !axes.contains(&1)
             && !self.ops.iter().any(|o| matches!(o, AxisOp::C2r { .. }))
