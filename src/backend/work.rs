@@ -296,11 +296,10 @@ impl Phase {
             .first()
             .is_none_or(|&a| inner == (a..=last).collect::<Vec<_>>());
         let real_first = (self.ops.iter().skip(1)).all(|o| matches!(o, AxisOp::C2c { .. }));
-        let one_point = self.ops.contains(&AxisOp::R2c) && self.shape[last] == 1;
         let ok = nd >= 2
             && lo <= hi
             && hi <= self.shape[1]
-            && !one_point
+            && !(self.ops.contains(&AxisOp::R2c) && self.shape[last] == 1)
             && self.scale.is_none()
             && !axes.contains(&1)
             && !self.ops.iter().any(|o| matches!(o, AxisOp::C2r { .. }))

@@ -359,12 +359,10 @@ impl Kernels {
         let module = load_module(ctx, source, opts, "the backend's kernels")?;
         Ok(Kernels {
             copy: module.load_function("copy_runs")?,
-            copy_grid: [1, 2, 4, 8, 16]
-                .map(|bytes| module.load_function(&format!("copy_grid_{bytes}")))
-                .into_iter()
-                .collect::<Result<Vec<_>, _>>()?
-                .try_into()
-                .map_err(|_| anyhow!("five grid kernels"))?,
+            copy_grid: {
+                let grid = |bytes: usize| module.load_function(&format!("copy_grid_{bytes}"));
+                [grid(1)?, grid(2)?, grid(4)?, grid(8)?, grid(16)?]
+            },
             finish: module.load_function("finish")?,
             conj_copy: module.load_function("conj_copy")?,
             scale_f32: module.load_function("scale_f32")?,
@@ -1475,8 +1473,8 @@ mod tests {
     }
 
     /// Every NVRTC module of the backend compiles (for an H100's architecture). NVRTC needs no
-    /// GPU, only its library: `scripts/setup` brings it into .tools/nvrtc and `scripts/test`
-    /// runs this test with it; with DISTRUN_PTX_DIR set it writes each module's PTX there (for
+    /// GPU, only its library: `scripts/test` brings it into .tools/nvrtc and runs this test
+    /// with it; with DISTRUN_PTX_DIR set it writes each module's PTX there (for
     /// `ptxas -v`: registers, spills).
     #[test]
     #[ignore = "needs libnvrtc on the library path (.tools/nvrtc, as scripts/test runs it)"]
