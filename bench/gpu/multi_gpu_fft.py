@@ -1,6 +1,6 @@
 """FFTs of every kind on several GPUs: distrun on P GPUs against nvmath-python's distributed FFT
-(cuFFTMp) where it takes the case (c2c, either precision, 2-D and 3-D, x- or y-slabs) and
-beside one GPU's cuFFT (cupy.fft.fftn / rfftn / irfftn on the whole array), in the same command.
+(cuFFTMp: c2c, r2c and c2r, either precision, 2-D and 3-D, x- or y-slabs or pencils) and beside
+one GPU's cuFFT (cupy.fft.fftn / rfftn / irfftn on the whole array), in the same command.
 
     python bench/gpu/multi_gpu_fft.py [--bin target/release/distrun] [--ranks 2 4]
                                       [--cases c2c-c64-1024 ...] [--iterations 10] [--no-peer]
@@ -8,7 +8,8 @@ beside one GPU's cuFFT (cupy.fft.fftn / rfftn / irfftn on the whole array), in t
 
 All are timed alike: 2 warm-up runs, then the iterations back to back, their mean (distrun's
 `timing = "queued"`). distrun's input is in slabs along axis 0 (x) or 1 (y), its result where
-the FFT leaves it (`reshape = false`, as cuFFTMp's default); the peer is given the same slabs.
+the FFT leaves it (`reshape = false`, as cuFFTMp's default), or in pencils (boxes splitting the
+first two axes over a 2 x P/2 grid; the result in the same boxes); the peer is given the same.
 distrun runs once per `--via`: `nccl` (the default backends: its moves by NCCL) and `nvshmem`
 (`backends = ["nccl", "nvshmem"]`: its moves by puts where its trials find them faster, as
 cuFFTMp's go through NVSHMEM).
@@ -19,7 +20,7 @@ import nvmath_peer
 from one_gpu import ENV, arguments, first_step
 from one_gpu_fft import cupy_time, spec
 
-# name: (kind, input dtype, input shape, slab axis of the input)
+# name: (kind, input dtype, input shape, slab axis of the input or "pencils")
 CASES = {
     "c2c-c64-1024": ("c2c", "c64", [1024, 1024, 1024], 0),
     "c2c-c64-1024-y": ("c2c", "c64", [1024, 1024, 1024], 1),
@@ -31,7 +32,35 @@ CASES = {
     "c2c-c128-2d-8192": ("c2c", "c128", [8192, 8192], 0),
     "r2c-f32-1024": ("r2c", "f32", [1024, 1024, 1024], 0),
     "c2r-c64-1024": ("c2r", "c64", [1024, 1024, 513], 1),
+    "c2c-c64-1024-pencils": ("c2c", "c64", [1024, 1024, 1024], "pencils"),
+    "c2c-c128-768-pencils": ("c2c", "c128", [768, 768, 768], "pencils"),
 }
+
+
+def pencils(shape, p):
+    """The boxes splitting the first two axes of `shape` over a grid of p ranks (2 x p/2, or p x
+    1), rank r at (r % 2, r // 2): the distribution nvmath_fft_cases.py gives the peer."""
+    grid = (2, p // 2) if p % 2 == 0 and p > 2 else (p, 1)
+    boxes = []
+    for r in range(p):
+        lo, hi = [0] * len(shape), list(shape)
+        for a, (g, i) in enumerate(zip(grid, (r % grid[0], r // grid[0]))):
+            lo[a], hi[a] = shape[a] * i // g, shape[a] * (i + 1) // g
+        boxes.append(f"[{lo}, {hi}]")
+    return "{ boxes = [" + ", ".join(boxes) + "] }"
+
+
+def distrun_spec(name, p, via, iterations):
+    """The one-step spec of case `name` on p ranks, its moves `via` NCCL or puts."""
+    kind, dtype, shape, where = CASES[name]
+    if where == "pencils":
+        text = spec(kind, dtype, shape, "C", iterations, 0, None)
+        text = text.replace("distribution = { slab = 0 }", f"distribution = {pencils(shape, p)}")
+    else:
+        text = spec(kind, dtype, shape, "C", iterations, where, False)
+    if via == "nvshmem":
+        text = text.replace('device = "cuda"\n', 'device = "cuda"\nbackends = ["nccl", "nvshmem"]\n')
+    return text
 
 
 def main():
@@ -47,16 +76,12 @@ def main():
     print("| case | GPUs | via | distrun ms | nvmath (cuFFTMp) ms | distrun speed vs nvmath | one GPU (cupy) ms | distrun vs one GPU |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for p in a.ranks:
-        peer_cases = [f"{n}:{CASES[n][1]}:{'x'.join(map(str, CASES[n][2]))}:{CASES[n][3]}"
-                      for n in a.cases if CASES[n][0] == "c2c"]
+        peer_cases = [f"{n}:{CASES[n][0]}:{CASES[n][1]}:{'x'.join(map(str, CASES[n][2]))}:{CASES[n][3]}"
+                      for n in a.cases]
         theirs = {} if a.no_peer or not peer_cases else nvmath_peer.run(
             "nvmath_fft_cases.py", p, [str(a.iterations), *peer_cases], ENV)
         for name, via in ((n, v) for n in a.cases for v in a.via):
-            kind, dtype, shape, slab = CASES[name]
-            text = spec(kind, dtype, shape, "C", a.iterations, slab, False)
-            if via == "nvshmem":
-                text = text.replace('device = "cuda"\n', 'device = "cuda"\nbackends = ["nccl", "nvshmem"]\n')
-            step, err = first_step(a.bin, text, p)
+            step, err = first_step(a.bin, distrun_spec(name, p, via, a.iterations), p)
             if step is None:
                 print(f"| {name} | {p} | {via} | failed: {err} | | | | |", flush=True)
                 continue

@@ -270,6 +270,9 @@ pub struct Phase {
     /// Only rows `lo..hi` of axis 1 are transformed, the rest of the output left as it is (one
     /// batch of a phase split by rows: see [`Phase::on_rows`]).
     pub rows: Option<(usize, usize)>,
+    /// The input is the step's own scratch, written afresh every run (not a tensor of the spec):
+    /// the phase may overwrite it, and a c2r then reads it where it lies instead of a copy.
+    pub spent: bool,
 }
 
 impl Phase {

@@ -4,7 +4,6 @@
 //! (launched once per block of the axes before it). Plans are made on first use and kept.
 
 use super::{Cuda, DevBuf, launch_config};
-use crate::backend::Backend;
 use crate::backend::work::{AxisOp, Phase, RunGrid};
 use crate::spec::tensor::DType;
 use anyhow::{Result, anyhow};
@@ -691,12 +690,19 @@ impl Cuda<'_> {
                 &mut output.data.slice_mut(at_out..at_out + n),
             )?;
         } else if c2r {
-            let mut copy = self.zeros(n_in)?;
-            self.stream.memcpy_dtod(
-                &input.data.slice(at_in..at_in + n_in),
-                &mut copy.data.slice_mut(..n_in),
-            )?;
-            let s = copy.data.device_ptr_mut(&self.stream).0;
+            // cuFFT's c2r may overwrite its input: a tensor of the spec is copied first, the
+            // step's own scratch (`spent`) is not.
+            let mut copy = None;
+            let s = match phase.spent {
+                true => i,
+                false => {
+                    // SAFETY: every byte is written by the copy below before it is read.
+                    let mut c = unsafe { self.stream.alloc::<u8>(n_in) }?;
+                    self.stream
+                        .memcpy_dtod(&input.data.slice(at_in..at_in + n_in), &mut c)?;
+                    copy.insert(c).device_ptr_mut(&self.stream).0
+                }
+            };
             for p in plans {
                 let dst = if p.group.transform == Transform::C2r {
                     o
@@ -818,6 +824,7 @@ mod tests {
             ops,
             scale: None,
             rows: None,
+            spent: false,
         }
     }
 

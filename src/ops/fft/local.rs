@@ -205,6 +205,7 @@ mod tests {
             ops: vec![AxisOp::R2c],
             scale: None,
             rows: None,
+            spent: false,
         };
         // c64: reals of 4 bytes in (2*3*8), complex of 8 out (2*3*5).
         assert_eq!(r2c.bytes(8), (192, 240));
@@ -213,6 +214,7 @@ mod tests {
             ops: vec![AxisOp::C2r { n: 9 }],
             scale: None,
             rows: None,
+            spent: false,
         };
         assert_eq!(c2r.bytes(16), (320, 288));
     }
@@ -262,6 +264,7 @@ mod tests {
             ],
             scale: None,
             rows: None,
+            spent: false,
         };
         let mut out = vec![0u8; r * c * 16];
         run_phase::<f64>(&phase, &bytes(&x), &mut out);
@@ -291,6 +294,7 @@ mod tests {
                 ops,
                 scale: None,
                 rows: None,
+                spent: false,
             };
             let input = bytes(&x);
             let (n_in, n_out) = whole.bytes(16);
@@ -316,6 +320,7 @@ mod tests {
             ops: vec![AxisOp::R2c],
             scale: None,
             rows: None,
+            spent: false,
         };
         let mut spec = vec![0u8; r * (n / 2 + 1) * 16];
         run_phase::<f64>(&fwd, &xb, &mut spec);
@@ -324,6 +329,7 @@ mod tests {
             ops: vec![AxisOp::C2r { n }],
             scale: Some(1.0 / n as f64),
             rows: None,
+            spent: false,
         };
         assert_eq!(inv.out_shape(), [r, n]);
         let mut back = vec![0u8; x.len() * 8];

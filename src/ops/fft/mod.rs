@@ -150,12 +150,15 @@ fn phases(step: &Fft, input: &TensorState, out: &TensorState, (ranks, rank): (u6
             ops: ops1,
             scale: s.filter(|_| by_rows),
             rows: None,
+            spent: input.dist != Distribution::slab(s0) || input.layout != Layout::C,
         },
+        // Its input, the transposed first phase, is the step's own.
         Phase {
             shape: local_shape(Distribution::slab(1 - s0), &middle),
             ops: ops2,
             scale: s.filter(|_| !by_rows),
             rows: None,
+            spent: true,
         },
     ]
 }
@@ -208,8 +211,14 @@ pub(super) fn whole_ends(
 
 /// The one local phase of an FFT over every axis (see [`PreparedFft`]'s `whole`): r2c's real
 /// axis first, c2r's last, the complex axes from the last to the first, the norm's scale with
-/// it; over the reversed shape where an F-order c2c stays in its order (`as_is`).
-fn whole_phase(step: &Fft, input: &TensorState, out: &TensorState, as_is: bool) -> Phase {
+/// it; over the reversed shape where an F-order c2c stays in its order (`as_is`); its input the
+/// step's own where the input was `moved` there first.
+fn whole_phase(
+    step: &Fft,
+    input: &TensorState,
+    out: &TensorState,
+    (moved, as_is): (bool, bool),
+) -> Phase {
     let nd = input.shape.len();
     let last = nd - 1;
     let inverse = step.direction == FftDirection::Inverse;
@@ -236,6 +245,7 @@ fn whole_phase(step: &Fft, input: &TensorState, out: &TensorState, as_is: bool) 
         ops,
         scale: norm_scale(step, input, out),
         rows: None,
+        spent: moved,
     }
 }
 
@@ -378,7 +388,8 @@ impl<B: Backend> PreparedFft<B> {
                 Some(Staged::new(b, m, local_bytes(&work_in, ranks, rank))?)
             }
         };
-        let phase = whole_phase(step, input, out, work_in.layout == Layout::F);
+        let as_is = work_in.layout == Layout::F;
+        let phase = whole_phase(step, input, out, (to_work.is_some(), as_is));
         Ok(PreparedFft {
             precision: middle(step, input, out, 0).dtype,
             to_work,
@@ -455,6 +466,23 @@ mod tests {
             symmetric_room(&fft("c2c"), &named, &named, 4),
             symmetric_room(&fft("c2c"), &indexed, &indexed, 4)
         );
+    }
+
+    #[test]
+    fn only_the_steps_own_buffers_are_spent() {
+        // A c2r may overwrite a phase's input only where that is the step's own scratch: the
+        // transposed middle always, the first phase's input only where it was moved there.
+        let y = Distribution::Slab(Axis::Index(1));
+        let x = Distribution::Slab(Axis::Index(0));
+        let spectrum = state(&[8, 6, 5], DType::C64, Layout::C, y.clone());
+        let signal = state(&[8, 6, 8], DType::F32, Layout::C, x);
+        let [first, second] = super::phases(&fft("c2r"), &spectrum, &signal, (2, 0));
+        assert!(!first.spent && second.spent);
+        let f_order = state(&[8, 6, 5], DType::C64, Layout::F, y);
+        assert!(super::phases(&fft("c2r"), &f_order, &signal, (2, 0))[0].spent);
+        // One rank: the whole phase reads the tensor itself unless it was moved first.
+        let whole = |input| super::whole_phase(&fft("c2r"), input, &signal, (false, false));
+        assert!(!whole(&spectrum).spent);
     }
 
     #[test]
