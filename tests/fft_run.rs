@@ -71,6 +71,21 @@ fn boxes_along(shape: &[u64], axis: usize, p: usize) -> String {
     format!("{{ boxes = [{}] }}", out.join(", "))
 }
 
+/// Boxes that are exactly the slabs along `axis` over p ranks (the first n % p one larger).
+fn slab_boxes(shape: &[u64], axis: usize, p: usize) -> String {
+    let (n, q) = (shape[axis], p as u64);
+    let boxes: Vec<String> = (0..q)
+        .map(|r| {
+            let lo = r * (n / q) + r.min(n % q);
+            let hi = lo + n / q + u64::from(r < n % q);
+            let (mut lower, mut upper) = (vec![0; shape.len()], shape.to_vec());
+            (lower[axis], upper[axis]) = (lo, hi);
+            format!("[{lower:?}, {upper:?}]")
+        })
+        .collect();
+    format!("{{ boxes = [{}] }}", boxes.join(", "))
+}
+
 fn cases(p: usize) -> Vec<Case> {
     let s3 = vec![30u64, 27, 33];
     let s2 = vec![30u64, 27];
@@ -140,6 +155,14 @@ fn cases(p: usize) -> Vec<Case> {
     // Pencils: boxes in, other boxes out.
     let mut c = base("c2c", DType::C128, &s3, &boxes_along(&s3, 1, p));
     c.out_dist = Some(boxes_along(&s3, 2, p));
+    all.push(c);
+    // Boxes that are slabs: worked on as the slabs, and back to the same or other such boxes.
+    all.push(base("c2c", DType::C128, &s3, &slab_boxes(&s3, 0, p)));
+    let mut c = base("r2c", DType::F64, &s3, &slab_boxes(&s3, 1, p));
+    c.out_dist = Some(slab_boxes(&[30, 27, 17], 1, p));
+    all.push(c);
+    let mut c = base("c2c", DType::C64, &s2, &slab_boxes(&s2, 1, p));
+    (c.out_dist, c.reshape) = (Some(slab_boxes(&s2, 0, p)), false);
     all.push(c);
     // A replicated input: every rank transforms all of it; the result replicated, or moved to
     // a declared distribution.

@@ -81,6 +81,58 @@ reshape = false
 }
 
 #[test]
+fn an_fft_of_boxes_that_are_slabs_moves_nothing_first() {
+    // Over 3 ranks 30 planes are slabs of 10: such boxes are x-slabs, so the FFT starts on
+    // them (and rows of 9 are y-slabs); boxes split otherwise are moved to working slabs first.
+    let spec = |name: &str, boxes: &str| {
+        temp_spec(
+            name,
+            &format!(
+                r#"[job]
+name = "{name}"
+[tensors.x]
+shape = [30, 27, 33]
+dtype = "c64"
+distribution = {{ boxes = [{boxes}] }}
+init = {{ uniform = {{}} }}
+[[steps]]
+op = "fft"
+input = "x"
+kind = "c2c"
+"#
+            ),
+        )
+    };
+    let detail = |s: &Scratch| plan(s.to_str().unwrap(), 3)["steps"][0]["detail"].clone();
+    let slabs = spec(
+        "boxslab",
+        "[[0, 0, 0], [10, 27, 33]], [[10, 0, 0], [20, 27, 33]], [[20, 0, 0], [30, 27, 33]]",
+    );
+    let d = detail(&slabs);
+    assert!(!d.as_str().unwrap().contains("moved"), "{d}");
+    let rows = spec(
+        "boxrows",
+        "[[0, 0, 0], [30, 9, 33]], [[0, 9, 0], [30, 18, 33]], [[0, 18, 0], [30, 27, 33]]",
+    );
+    let d = detail(&rows);
+    assert!(
+        d.as_str()
+            .unwrap()
+            .starts_with("FFT of axes 0, 2 on y-slabs"),
+        "{d}"
+    );
+    let uneven = spec(
+        "boxuneven",
+        "[[0, 0, 0], [30, 8, 33]], [[0, 8, 0], [30, 18, 33]], [[0, 18, 0], [30, 27, 33]]",
+    );
+    let d = detail(&uneven);
+    assert!(
+        d.as_str().unwrap().contains("moved to working slabs"),
+        "{d}"
+    );
+}
+
+#[test]
 fn in_place_all_reduce_changes_the_distribution_from_then_on() {
     let spec = temp_spec(
         "inplace",

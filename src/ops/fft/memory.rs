@@ -6,7 +6,9 @@
 //! library's own plans and scratch (cuFFT's work area, rustfft's per-thread scratch of one
 //! line) are not counted.
 
-use super::{Fft, FftKind, check::inverse, holds_whole, middle, symmetric_room, working_slab};
+use super::{
+    Fft, FftKind, as_slabs, check::inverse, holds_whole, middle, symmetric_room, working_slab,
+};
 use crate::dist::TensorState;
 use crate::ops::exchange::Side;
 use crate::ops::movement::{local_bytes, staged_bytes};
@@ -22,6 +24,7 @@ pub fn workspace(
     if holds_whole(input, ranks) {
         return whole_workspace(step, input, out, (ranks, rank));
     }
+    let [input, out] = &as_slabs(input, out, ranks);
     let piece = |s: &TensorState| local_bytes(s, ranks, rank) as u64;
     let staged =
         |from: &TensorState, to: &TensorState| staged_bytes(from, &Side::of(to), ranks, rank);

@@ -52,6 +52,32 @@ pub fn scale(norm: FftNorm, direction: FftDirection, n: f64) -> f64 {
     }
 }
 
+/// `state` with boxes that are exactly a slab's pieces (every rank's box is its slab along x or
+/// y) as that slab: the same bytes on every rank, which the FFT then neither moves to its working
+/// slab nor back from it in one whole exchange (it goes back batch by batch, as for slabs).
+fn as_slab(state: &TensorState, ranks: u64) -> TensorState {
+    if !matches!(state.dist, Distribution::Boxes(_)) {
+        return state.clone();
+    }
+    let given = Placement::new(&state.dist, &state.shape, ranks);
+    let same = |dist: &Distribution| {
+        let slab = Placement::new(dist, &state.shape, ranks);
+        (0..ranks).all(|r| given.intervals(r) == slab.intervals(r))
+    };
+    match (0..state.shape.len().min(2)).map(Distribution::slab).find(same) {
+        Some(dist) => TensorState {
+            dist,
+            ..state.clone()
+        },
+        None => state.clone(),
+    }
+}
+
+/// An FFT's input and result as it works with them (see [`as_slab`]).
+pub(super) fn as_slabs(input: &TensorState, out: &TensorState, ranks: u64) -> [TensorState; 2] {
+    [as_slab(input, ranks), as_slab(out, ranks)]
+}
+
 /// The complex state between an FFT's phases: the transform's complex shape (the result's for
 /// r2c, the input's otherwise) in C order on the working slab `s0`, in the input's precision.
 fn middle(step: &Fft, input: &TensorState, out: &TensorState, s0: usize) -> TensorState {
@@ -76,6 +102,7 @@ pub fn symmetric_room(step: &Fft, input: &TensorState, out: &TensorState, ranks:
     if holds_whole(input, ranks as u64) {
         return 0;
     }
+    let [input, out] = &as_slabs(input, out, ranks as u64);
     let s0 = working_slab(step.kind, input.shape.len(), &input.dist);
     let m = middle(step, input, out, s0);
     let elem = m.dtype.size() as usize;
@@ -340,6 +367,7 @@ impl<B: Backend> PreparedFft<B> {
         if holds_whole(input, ranks) {
             return Self::whole(b, step, input, out);
         }
+        let [input, out] = &as_slabs(input, out, ranks);
         let s0 = working_slab(step.kind, input.shape.len(), &input.dist);
         let middle = middle(step, input, out, s0);
         let work_in = TensorState {

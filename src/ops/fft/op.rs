@@ -58,6 +58,7 @@ impl Op for Fft {
                 format!("{every}one {nd}-D transform over every axis (one cuFFT plan on a GPU)");
             return Some(("local".into(), detail));
         }
+        let [input, out] = &super::as_slabs(input, out, ranks);
         const SLABS: [&str; 3] = ["x", "y", "z"];
         let s0 = working_slab(self.kind, nd, &input.dist);
         let s1 = 1 - s0;
