@@ -86,6 +86,28 @@ fn slab_boxes(shape: &[u64], axis: usize, p: usize) -> String {
     format!("{{ boxes = [{}] }}", boxes.join(", "))
 }
 
+/// Pencils: boxes splitting axes 0 and 1 over a grid of 2 x p/2 ranks (p x 1 for odd p), rank r
+/// at (r % 2, r / 2), as nvmath-python's examples lay them out: on 4 ranks no rank's box lies
+/// within the x-slab of the same rank number.
+fn pencils(shape: &[u64], p: usize) -> String {
+    let grid = if p.is_multiple_of(2) && p > 2 {
+        [2, p / 2]
+    } else {
+        [p, 1]
+    };
+    let boxes: Vec<String> = (0..p)
+        .map(|r| {
+            let (mut lower, mut upper) = (vec![0; shape.len()], shape.to_vec());
+            for (a, (g, i)) in grid.iter().zip([r % grid[0], r / grid[0]]).enumerate() {
+                lower[a] = shape[a] * i as u64 / *g as u64;
+                upper[a] = shape[a] * (i + 1) as u64 / *g as u64;
+            }
+            format!("[{lower:?}, {upper:?}]")
+        })
+        .collect();
+    format!("{{ boxes = [{}] }}", boxes.join(", "))
+}
+
 fn cases(p: usize) -> Vec<Case> {
     let s3 = vec![30u64, 27, 33];
     let s2 = vec![30u64, 27];
@@ -155,6 +177,21 @@ fn cases(p: usize) -> Vec<Case> {
     // Pencils: boxes in, other boxes out.
     let mut c = base("c2c", DType::C128, &s3, &boxes_along(&s3, 1, p));
     c.out_dist = Some(boxes_along(&s3, 2, p));
+    all.push(c);
+    // Pencils on a 2-D grid, in and out: c2c, r2c and c2r (the slabs' pieces ordered to keep
+    // what stays on each rank).
+    all.push(base("c2c", DType::C128, &s3, &pencils(&s3, p)));
+    let mut c = base("r2c", DType::F64, &s3, &pencils(&s3, p));
+    c.out_dist = Some(pencils(&[30, 27, 17], p));
+    all.push(c);
+    let mut c = base(
+        "c2r",
+        DType::C128,
+        &vec![30u64, 27, 17],
+        &pencils(&[30, 27, 17], p),
+    );
+    (c.inverse, c.out_last) = (true, Some(33));
+    c.out_dist = Some(pencils(&s3, p));
     all.push(c);
     // Boxes that are slabs: worked on as the slabs, and back to the same or other such boxes.
     all.push(base("c2c", DType::C128, &s3, &slab_boxes(&s3, 0, p)));

@@ -18,8 +18,9 @@ use crate::dist::Placement;
 use crate::dist::TensorState;
 use crate::backend::work::{Run, Runs};
 use crate::ops::movement::Route;
+use super::slab_pieces;
 use crate::runtime::comm::Parts;
-use crate::spec::tensor::{DType, Distribution, Layout};
+use crate::spec::tensor::{DType, Distribution};
 use anyhow::Result;
 
 /// How many batches a transpose of `shape` (`elem` bytes a value) over `ranks` runs in: one per
@@ -296,20 +297,23 @@ impl Grid {
 }
 
 impl<B: Backend> Batched<B> {
-    /// `phase1` by planes into `middle` (its complex x-slab result, C order), then to y-slabs
-    /// in C order; None where it does not apply (one rank, a transform along x, which splits no
+    /// `phase1` by planes into `middle` (its complex x-slab result, C order), then to `to`,
+    /// the y-slabs in C order (either slab's pieces in any order over the ranks: see
+    /// `Slabs`); None where it does not apply (one rank, a transform along x, which splits no
     /// planes, or planes cuFFT would find misaligned).
-    pub fn new(b: &B, middle: &TensorState, phase1: &Phase) -> Result<Option<Self>> {
+    pub fn new(b: &B, middle: &TensorState, to: &TensorState, phase1: &Phase) -> Result<Option<Self>> {
         let (ranks, me) = (b.ranks(), b.rank());
-        let x_slab = middle.dist == Distribution::slab(0) && middle.layout == Layout::C;
         let along_x = (phase1.ops.iter()).any(|o| matches!(o, AxisOp::C2c { axis: 0, .. }));
-        if ranks < 2 || !x_slab || along_x || middle.shape.len() < 2 {
+        // (first, count) of each rank's x-planes and y-rows.
+        let pieces = (slab_pieces(middle, 0, ranks), slab_pieces(to, 1, ranks));
+        let (Some(xs), Some(ys)) = pieces else {
+            return Ok(None);
+        };
+        if ranks < 2 || along_x {
             return Ok(None);
         }
         let shape: Vec<usize> = middle.shape.iter().map(|&n| n as usize).collect();
         let (n1, inner) = (shape[1], shape[2..].iter().product::<usize>());
-        // (first, count) of each rank's x-planes and y-rows.
-        let (xs, ys) = (split(shape[0], ranks), split(n1, ranks));
         let elem = middle.dtype.size() as usize;
         let fewest = xs.iter().map(|x| x.1).min().unwrap_or(0);
         let n = batch_count(&middle.shape, elem, ranks, fewest);

@@ -10,14 +10,15 @@
 //! into the result), or, where the result is symmetric, by one strided put per peer (the copy
 //! engines); the step's trial runs choose ([`Route`]).
 
-use super::batched::{Moves, Put, batch_count, planes, slab_room, split};
+use super::batched::{Moves, Put, batch_count, planes, slab_room};
+use super::slab_pieces;
 use crate::backend::work::{AxisOp, Phase};
 use crate::backend::{Backend, Puts, Rows};
 use crate::dist::TensorState;
 use crate::backend::work::{Run, Runs};
 use crate::ops::movement::Route;
 use crate::runtime::comm::Parts;
-use crate::spec::tensor::{DType, Distribution, Layout};
+use crate::spec::tensor::DType;
 use anyhow::Result;
 
 /// One batch of rows: its FFT and its share of the move, ready to go either way.
@@ -134,14 +135,19 @@ impl Grid {
 }
 
 impl<B: Backend> ByRows<B> {
-    /// `phase` by rows into `natural` (its complex y-slab result, C order), then to x-slabs in
-    /// C order; None where the phase does not split by rows ([`Phase::on_rows`]: a scale, a
+    /// `phase` by rows into `natural` (its complex y-slab result, C order), then to `to`, the
+    /// x-slabs in C order (either slab's pieces in any order over the ranks: see `Slabs`); None
+    /// where the phase does not split by rows ([`Phase::on_rows`]: a scale, a
     /// c2r, or a transform along y) or cuFFT would find the rows misaligned (an r2c's of an
     /// odd length).
-    pub fn new(b: &B, natural: &TensorState, phase: &Phase) -> Result<Option<Self>> {
+    pub fn new(b: &B, natural: &TensorState, to: &TensorState, phase: &Phase) -> Result<Option<Self>> {
         let (ranks, me) = (b.ranks(), b.rank());
-        let y_slab = natural.dist == Distribution::slab(1) && natural.layout == Layout::C;
-        if ranks < 2 || !y_slab || natural.shape.len() < 2 || phase.on_rows(0, 0).is_none() {
+        // (first, count) of each rank's x-planes and y-rows.
+        let pieces = (slab_pieces(to, 0, ranks), slab_pieces(natural, 1, ranks));
+        let (Some(xs), Some(ys)) = pieces else {
+            return Ok(None);
+        };
+        if ranks < 2 || phase.on_rows(0, 0).is_none() {
             return Ok(None);
         }
         let shape: Vec<usize> = natural.shape.iter().map(|&n| n as usize).collect();
@@ -158,7 +164,6 @@ impl<B: Backend> ByRows<B> {
         if !row_in.is_multiple_of(elem) {
             return Ok(None);
         }
-        let (xs, ys) = (split(shape[0], ranks), split(n1, ranks));
         let fewest = ys.iter().map(|y| y.1).min().unwrap_or(0);
         let n = batch_count(&natural.shape, elem, ranks, fewest);
         let room = slab_room(&natural.shape, elem, ranks, 0);

@@ -6,13 +6,10 @@
 //! library's own plans and scratch (cuFFT's work area, rustfft's per-thread scratch of one
 //! line) are not counted.
 
-use super::{
-    Fft, FftKind, as_slabs, check::inverse, holds_whole, middle, symmetric_room, working_slab,
-};
+use super::{Fft, FftKind, Slabs, as_slabs, check::inverse, holds_whole, middle, symmetric_room};
 use crate::dist::TensorState;
 use crate::ops::exchange::Side;
 use crate::ops::movement::{local_bytes, staged_bytes};
-use crate::spec::tensor::{Distribution, Layout};
 
 /// The bytes an FFT from `input` to `out` holds on `rank` beyond both.
 pub fn workspace(
@@ -28,27 +25,16 @@ pub fn workspace(
     let piece = |s: &TensorState| local_bytes(s, ranks, rank) as u64;
     let staged =
         |from: &TensorState, to: &TensorState| staged_bytes(from, &Side::of(to), ranks, rank);
-    let s0 = working_slab(step.kind, input.shape.len(), &input.dist);
-    let middle = middle(step, input, out, s0);
-    let work_in = TensorState {
-        dist: Distribution::slab(s0),
-        layout: Layout::C,
-        ..input.clone()
-    };
+    let slabs = Slabs::of(step, input, out, ranks);
+    let middle = slabs.on(&middle(step, input, out, slabs.s0), true);
+    let work_in = slabs.on(input, true);
     let to_work = if work_in == *input {
         0
     } else {
         staged(input, &work_in)
     };
-    let transposed = TensorState {
-        dist: Distribution::slab(1 - s0),
-        ..middle.clone()
-    };
-    let natural = TensorState {
-        dist: Distribution::slab(1 - s0),
-        layout: Layout::C,
-        ..out.clone()
-    };
+    let transposed = slabs.on(&middle, false);
+    let natural = slabs.on(out, false);
     // The second phase's result is the result itself when it is where the result goes.
     let back = match natural == *out {
         true => 0,

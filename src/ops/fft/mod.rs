@@ -3,7 +3,9 @@
 //! holds whole are transformed locally; one all-to-all (the exchange machinery, uneven splits
 //! included) transposes to the complementary slab; the remaining axis is transformed; the result
 //! moves to the output's distribution and layout (the input's slab with `reshape = true`, boxes
-//! for pencils). r2c transforms the last axis first, c2r last, so that it is whole when they run.
+//! for pencils). Boxes that are a slab's pieces are that slab; from and to other boxes, each
+//! slab's pieces go to the ranks in the order of the boxes along its axis ([`Slabs`]), so that
+//! part of every box stays on its rank. r2c transforms the last axis first, c2r last, so that it is whole when they run.
 //! A rank that holds the whole tensor (one rank, or a replicated input) transforms every axis in
 //! one local phase.
 
@@ -78,6 +80,99 @@ pub(super) fn as_slabs(input: &TensorState, out: &TensorState, ranks: u64) -> [T
     [as_slab(input, ranks), as_slab(out, ranks)]
 }
 
+/// The two slabs an FFT works in, as [`Slabs::of`] orders them: rank r holds piece `work[r]` of
+/// the working slab (along `s0`) and piece `other[r]` of the complementary one.
+pub(super) struct Slabs {
+    pub s0: usize,
+    work: Vec<usize>,
+    other: Vec<usize>,
+}
+
+impl Slabs {
+    /// The working slab `s0` ([`working_slab`]) and the order of both slabs' pieces over the
+    /// ranks: where the input (for the working slab) or the result (for the other) is in
+    /// boxes, the pieces go to the ranks in the order of their boxes' starts along the slab's
+    /// axis, so that much of each box stays on its rank (pencils on a 2 x 2 grid: half of each
+    /// rank's box instead of none for two of them); the ranks' own order otherwise.
+    pub fn of(step: &Fft, input: &TensorState, out: &TensorState, ranks: u64) -> Self {
+        let s0 = working_slab(step.kind, input.shape.len(), &input.dist);
+        let order = |state: &TensorState, axis: usize| -> Vec<usize> {
+            let mut ranks: Vec<usize> = (0..ranks as usize).collect();
+            if let Distribution::Boxes(boxes) = &state.dist {
+                ranks.sort_by_key(|&r| boxes[r][0][axis]);
+            }
+            let mut piece = vec![0; ranks.len()];
+            for (k, &r) in ranks.iter().enumerate() {
+                piece[r] = k;
+            }
+            piece
+        };
+        Slabs {
+            s0,
+            work: order(input, s0),
+            other: order(out, 1 - s0),
+        }
+    }
+
+    /// `state` in C order on the working slab (`working`) or on the complementary one.
+    pub fn on(&self, state: &TensorState, working: bool) -> TensorState {
+        let (axis, order) = match working {
+            true => (self.s0, &self.work),
+            false => (1 - self.s0, &self.other),
+        };
+        TensorState {
+            dist: ordered_slab(&state.shape, axis, order),
+            layout: Layout::C,
+            ..state.clone()
+        }
+    }
+}
+
+/// The slab of `shape` along `axis` with rank r holding piece `order[r]`: the slab itself where
+/// that is the ranks' own order, else as boxes.
+fn ordered_slab(shape: &[u64], axis: usize, order: &[usize]) -> Distribution {
+    if order.iter().enumerate().all(|(r, &k)| r == k) {
+        return Distribution::slab(axis);
+    }
+    let pieces = batched::split(shape[axis] as usize, order.len());
+    Distribution::Boxes(
+        (order.iter().map(|&k| {
+            let (first, count) = pieces[k];
+            let (mut lower, mut upper) = (vec![0; shape.len()], shape.to_vec());
+            (lower[axis], upper[axis]) = (first as u64, (first + count) as u64);
+            [lower, upper]
+        }))
+        .collect(),
+    )
+}
+
+/// (first, count) along `axis` of every rank's piece of `state` where it is a slab along that
+/// axis (C order), in any order of its pieces over the ranks (see [`Slabs`]); None otherwise.
+pub(super) fn slab_pieces(state: &TensorState, axis: usize, ranks: usize) -> Option<Vec<(usize, usize)>> {
+    if state.layout != Layout::C || state.shape.len() < 2 {
+        return None;
+    }
+    match &state.dist {
+        d if *d == Distribution::slab(axis) => Some(batched::split(state.shape[axis] as usize, ranks)),
+        Distribution::Boxes(boxes) => {
+            let whole = |b: &crate::spec::tensor::GlobalBox| {
+                (0..state.shape.len())
+                    .all(|a| a == axis || (b[0][a] == 0 && b[1][a] == state.shape[a]))
+            };
+            let pieces: Vec<(usize, usize)> = (boxes.iter())
+                .map(|b| (b[0][axis] as usize, (b[1][axis] - b[0][axis]) as usize))
+                .collect();
+            let mut sorted = pieces.clone();
+            sorted.sort_unstable();
+            let tiles = sorted.windows(2).all(|w| w[0].0 + w[0].1 == w[1].0)
+                && sorted.first().is_some_and(|p| p.0 == 0)
+                && sorted.last().is_some_and(|p| p.0 + p.1 == state.shape[axis] as usize);
+            (boxes.iter().all(whole) && tiles).then_some(pieces)
+        }
+        _ => None,
+    }
+}
+
 /// The complex state between an FFT's phases: the transform's complex shape (the result's for
 /// r2c, the input's otherwise) in C order on the working slab `s0`, in the input's precision.
 fn middle(step: &Fft, input: &TensorState, out: &TensorState, s0: usize) -> TensorState {
@@ -131,10 +226,12 @@ fn back_batched(kind: FftKind, s0: usize, out: &TensorState, ranks: usize) -> bo
 fn phases(step: &Fft, input: &TensorState, out: &TensorState, (ranks, rank): (u64, u64)) -> [Phase; 2] {
     let nd = input.shape.len();
     let last = nd - 1;
-    let s0 = working_slab(step.kind, nd, &input.dist);
+    let slabs = Slabs::of(step, input, out, ranks);
+    let s0 = slabs.s0;
     let inverse = step.direction == FftDirection::Inverse;
-    let local_shape = |dist: Distribution, state: &TensorState| -> Vec<usize> {
-        Placement::new(&dist, &state.shape, ranks)
+    let local_shape = |working: bool, state: &TensorState| -> Vec<usize> {
+        let state = slabs.on(state, working);
+        Placement::new(&state.dist, &state.shape, ranks)
             .local_shape(rank)
             .unwrap_or_default()
             .iter()
@@ -173,15 +270,15 @@ fn phases(step: &Fft, input: &TensorState, out: &TensorState, (ranks, rank): (u6
     let middle = middle(step, input, out, s0);
     [
         Phase {
-            shape: local_shape(Distribution::slab(s0), input),
+            shape: local_shape(true, input),
             ops: ops1,
             scale: s.filter(|_| by_rows),
             rows: None,
-            spent: input.dist != Distribution::slab(s0) || input.layout != Layout::C,
+            spent: slabs.on(input, true) != *input,
         },
         // Its input, the transposed first phase, is the step's own.
         Phase {
-            shape: local_shape(Distribution::slab(1 - s0), &middle),
+            shape: local_shape(false, &middle),
             ops: ops2,
             scale: s.filter(|_| !by_rows),
             rows: None,
@@ -303,9 +400,9 @@ impl<B: Backend> Stage<B> {
         let after = b.zeros(local_bytes(from, ranks, rank))?;
         let then = if from == to {
             Move::None
-        } else if let Some(p) = batch.then(|| Batched::new(b, from, &phase)).transpose()?.flatten() {
+        } else if let Some(p) = batch.then(|| Batched::new(b, from, to, &phase)).transpose()?.flatten() {
             Move::Planes(p)
-        } else if let Some(p) = batch.then(|| ByRows::new(b, from, &phase)).transpose()?.flatten() {
+        } else if let Some(p) = batch.then(|| ByRows::new(b, from, to, &phase)).transpose()?.flatten() {
             Move::Rows(p)
         } else {
             let m = Movement::new(from, to, ranks, rank);
@@ -368,13 +465,10 @@ impl<B: Backend> PreparedFft<B> {
             return Self::whole(b, step, input, out);
         }
         let [input, out] = &as_slabs(input, out, ranks);
-        let s0 = working_slab(step.kind, input.shape.len(), &input.dist);
-        let middle = middle(step, input, out, s0);
-        let work_in = TensorState {
-            dist: Distribution::slab(s0),
-            layout: Layout::C,
-            ..input.clone()
-        };
+        let slabs = Slabs::of(step, input, out, ranks);
+        let s0 = slabs.s0;
+        let middle = slabs.on(&middle(step, input, out, s0), true);
+        let work_in = slabs.on(input, true);
         let to_work = if work_in == *input {
             None
         } else {
@@ -382,16 +476,9 @@ impl<B: Backend> PreparedFft<B> {
             Some(Staged::new(b, m, local_bytes(&work_in, ranks, rank))?)
         };
         let [phase1, phase2] = phases(step, input, out, (ranks, rank));
-        let transposed = TensorState {
-            dist: Distribution::slab(1 - s0),
-            ..middle.clone()
-        };
+        let transposed = slabs.on(&middle, false);
         let first = Stage::new(b, phase1, &middle, &transposed, true)?;
-        let natural = TensorState {
-            dist: Distribution::slab(1 - s0),
-            layout: Layout::C,
-            ..out.clone()
-        };
+        let natural = slabs.on(out, false);
         let by_batches = back_batched(step.kind, s0, out, ranks as usize);
         let second = Stage::new(b, phase2, &natural, out, by_batches)?;
         Ok(PreparedFft {
@@ -494,6 +581,31 @@ mod tests {
             symmetric_room(&fft("c2c"), &named, &named, 4),
             symmetric_room(&fft("c2c"), &indexed, &indexed, 4)
         );
+    }
+
+    #[test]
+    fn slab_pieces_follow_the_boxes_they_come_from_and_go_to() {
+        use super::{Slabs, slab_pieces};
+        // Pencils on a 2 x 2 grid, rank r at (r % 2, r / 2): ranks 0 and 2 hold x 0..15, so
+        // they take the first two x-slabs (each keeps half its box); y 0..13 is ranks 0 and 1's,
+        // so the y-slabs keep the ranks' order.
+        let b = |lo: [u64; 3], hi: [u64; 3]| [lo.to_vec(), hi.to_vec()];
+        let pencils = Distribution::Boxes(vec![
+            b([0, 0, 0], [15, 13, 33]),
+            b([15, 0, 0], [30, 13, 33]),
+            b([0, 13, 0], [15, 27, 33]),
+            b([15, 13, 0], [30, 27, 33]),
+        ]);
+        let x = state(&[30, 27, 33], DType::C64, Layout::C, pencils);
+        let slabs = Slabs::of(&fft("c2c"), &x, &x, 4);
+        let work = slabs.on(&x, true);
+        let xs = slab_pieces(&work, 0, 4).expect("x-slab pieces");
+        assert_eq!(xs, [(0, 8), (16, 7), (8, 8), (23, 7)]);
+        let other = slabs.on(&x, false);
+        assert_eq!(other.dist, Distribution::Slab(Axis::Index(1)));
+        assert_eq!(slab_pieces(&other, 1, 4).unwrap(), [(0, 7), (7, 7), (14, 7), (21, 6)]);
+        // Boxes that are not whole along the other axes are no slab.
+        assert_eq!(slab_pieces(&x, 0, 4), None);
     }
 
     #[test]

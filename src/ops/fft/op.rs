@@ -2,8 +2,7 @@
 //! run: its transposes by NCCL or puts (trial runs choose), then the round trip and Parseval's
 //! check.
 
-use super::{Fft, FftKind, PreparedFft, check, memory, working_slab};
-use crate::spec::tensor::{Distribution, Layout};
+use super::{Fft, FftKind, PreparedFft, check, memory};
 use crate::backend::Backend;
 use crate::backend::cuda::probe::Lib;
 use crate::dist::TensorState;
@@ -60,22 +59,17 @@ impl Op for Fft {
         }
         let [input, out] = &super::as_slabs(input, out, ranks);
         const SLABS: [&str; 3] = ["x", "y", "z"];
-        let s0 = working_slab(self.kind, nd, &input.dist);
-        let s1 = 1 - s0;
+        let slabs = super::Slabs::of(self, input, out, ranks);
+        let (s0, s1) = (slabs.s0, 1 - slabs.s0);
         let held: Vec<String> = (0..nd).filter(|&a| a != s0).map(|a| a.to_string()).collect();
-        let slab = |s: usize| TensorState {
-            dist: Distribution::slab(s),
-            layout: Layout::C,
-            ..out.clone()
-        };
-        let moved_in = input.dist != Distribution::slab(s0) || input.layout != Layout::C;
+        let moved_in = slabs.on(input, true) != *input;
         let detail = format!(
             "{}FFT of axes {} on {}-slabs, one all-to-all to {}-slabs, FFT of axis {s0}{}",
             if moved_in { "moved to working slabs, " } else { "" },
             held.join(", "),
             SLABS[s0],
             SLABS[s1],
-            if *out == slab(s1) { "" } else { ", then to the result's distribution" },
+            if *out == slabs.on(out, false) { "" } else { ", then to the result's distribution" },
         );
         Some((format!("slab_{}", SLABS[s0]), detail))
     }
