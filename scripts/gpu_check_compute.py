@@ -5,6 +5,9 @@ within a tolerance from each dtype.
 
     python3 gpu_check_compute.py spec P [nvshmem] > spec.toml   (nvshmem: data moved by puts)
     python3 gpu_check_compute.py compare CUDA_RUN CPU_RUN     (exit 1 on any difference)
+
+The CPU run is of the plain spec (the CPU backend refuses `nvshmem`); it is the reference for
+both GPU runs, the same tensors either way.
 """
 import json
 import sys

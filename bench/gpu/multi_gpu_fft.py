@@ -10,6 +10,10 @@ All are timed alike: 2 warm-up runs, then the iterations back to back, their mea
 `timing = "queued"`). distrun's input is in slabs along axis 0 (x) or 1 (y), its result where
 the FFT leaves it (`reshape = false`, as cuFFTMp's default), or in pencils (boxes splitting the
 first two axes over a 2 x P/2 grid; the result in the same boxes); the peer is given the same.
+All three compute the same unscaled transforms: nvmath-python's distributed FFT applies no
+norm, so the c2r runs with `norm = "none"` in distrun and numpy's "forward" in cupy (since the
+fifth session of 2026-11-26; before, distrun's and cupy's c2r scaled the result by 1/n, a pass
+over it that the peer skipped).
 distrun runs once per `--via`: `nccl` (the default backends: its moves by NCCL) and `nvshmem`
 (`backends = ["nccl", "nvshmem"]`: its moves by puts where its trials find them faster, as
 cuFFTMp's go through NVSHMEM).
@@ -60,6 +64,8 @@ def distrun_spec(name, p, via, iterations):
         text = spec(kind, dtype, shape, "C", iterations, where, False)
     if via == "nvshmem":
         text = text.replace('device = "cuda"\n', 'device = "cuda"\nbackends = ["nccl", "nvshmem"]\n')
+    if kind == "c2r":
+        text = text.replace('kind = "c2r"\n', 'kind = "c2r"\nnorm = "none"\n')
     return text
 
 
@@ -72,7 +78,7 @@ def main():
     one = {}
     for name in a.cases:
         kind, dtype, shape, _ = CASES[name]
-        one[name] = cupy_time(kind, dtype, shape, "C", a.iterations)
+        one[name] = cupy_time(kind, dtype, shape, "C", a.iterations, norm="forward")
     print("| case | GPUs | via | distrun ms | nvmath (cuFFTMp) ms | distrun speed vs nvmath | one GPU (cupy) ms | distrun vs one GPU |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for p in a.ranks:

@@ -54,7 +54,9 @@ tensors = []
 """
 
 
-def cupy_time(kind, dtype, shape, layout, iterations):
+def cupy_time(kind, dtype, shape, layout, iterations, norm="backward"):
+    """cupy's fftn / rfftn / irfftn of the whole array, timed as distrun is; `norm` numpy's
+    (a c2r's inverse is scaled by 1/n with "backward", not with "forward")."""
     import cupy as cp
     real = {"c64": cp.complex64, "c128": cp.complex128, "f32": cp.float32, "f64": cp.float64}[dtype]
     order = "F" if layout == "F" else "C"
@@ -62,7 +64,7 @@ def cupy_time(kind, dtype, shape, layout, iterations):
     if kind == "c2r":
         n = 2 * (shape[-1] - 1)
         shape_out = shape[:-1] + [n]
-        f = lambda: cp.fft.irfftn(x, s=shape_out, norm="backward")
+        f = lambda: cp.fft.irfftn(x, s=shape_out, norm=norm)
     elif kind == "r2c":
         f = lambda: cp.fft.rfftn(x)
     else:

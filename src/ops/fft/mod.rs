@@ -5,7 +5,8 @@
 //! moves to the output's distribution and layout (the input's slab with `reshape = true`, boxes
 //! for pencils). Boxes that are a slab's pieces are that slab; from and to other boxes, each
 //! slab's pieces go to the ranks in the order of the boxes along its axis ([`Slabs`]), so that
-//! part of every box stays on its rank. r2c transforms the last axis first, c2r last, so that it is whole when they run.
+//! part of every box stays on its rank. r2c transforms the last axis first, c2r last, so that
+//! it is whole when they run.
 //! A rank that holds the whole tensor (one rank, or a replicated input) transforms every axis in
 //! one local phase.
 
