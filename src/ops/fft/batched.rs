@@ -200,6 +200,16 @@ pub fn slab_room(shape: &[u64], elem: usize, ranks: usize, axis: usize) -> usize
     largest * others as usize * elem
 }
 
+/// The piece a batched move fills, `piece` bytes: symmetric (reserving `room`, the largest
+/// piece) where the backend has puts, which may then fill it, else a plain buffer; and whether
+/// puts can.
+pub(super) fn landing<B: Backend>(b: &B, room: usize, piece: usize) -> Result<(B::Buf, bool)> {
+    match b.puts() {
+        Some(p) => Ok((p.symmetric(room, piece)?, true)),
+        None => Ok((b.zeros(piece)?, false)),
+    }
+}
+
 /// Relative sizes of the batches: the first small, so that the first move starts soon, then
 /// each half again as large as the one before up to a steady size. A batch's move takes about
 /// 1.5x its FFT on 4 H200s (bench/RESULTS.md), so the moves never wait for the FFTs.
@@ -331,8 +341,7 @@ impl<B: Backend> Batched<B> {
         }
         let room = slab_room(&middle.shape, elem, ranks, 1);
         let piece = shape[0] * ys[me].1 * inner * elem;
-        let symmetric = b.puts().map(|p| p.symmetric(room, piece)).transpose()?;
-        let can_put = symmetric.is_some();
+        let (out, can_put) = landing(b, room, piece)?;
         // The send buffer holds each peer's part whole, peers in rank order (not this rank).
         let mut displ = vec![0; ranks];
         for q in 1..ranks {
@@ -356,10 +365,6 @@ impl<B: Backend> Batched<B> {
             .filter(|&q| q != me)
             .map(|q| xs[me].1 * ys[q].1 * inner)
             .sum::<usize>();
-        let out = match symmetric {
-            Some(out) => out,
-            None => b.zeros(piece)?,
-        };
         Ok(Some(Batched {
             batches,
             elem,

@@ -10,10 +10,10 @@
 //! into the result), or, where the result is symmetric, by one strided put per peer (the copy
 //! engines); the step's trial runs choose ([`Route`]).
 
-use super::batched::{Moves, Put, batch_count, planes, slab_room};
+use super::batched::{Moves, Put, batch_count, landing, planes, slab_room};
 use super::slab_pieces;
 use crate::backend::work::{AxisOp, Phase};
-use crate::backend::{Backend, Puts, Rows};
+use crate::backend::{Backend, Rows};
 use crate::dist::TensorState;
 use crate::backend::work::{Run, Runs};
 use crate::ops::movement::Route;
@@ -168,8 +168,7 @@ impl<B: Backend> ByRows<B> {
         let n = batch_count(&natural.shape, elem, ranks, fewest);
         let room = slab_room(&natural.shape, elem, ranks, 0);
         let piece = xs[me].1 * n1 * rest * elem;
-        let symmetric = b.puts().map(|p| p.symmetric(room, piece)).transpose()?;
-        let can_put = symmetric.is_some();
+        let (out, can_put) = landing(b, room, piece)?;
         let grid = Grid {
             xs,
             ys,
@@ -185,10 +184,6 @@ impl<B: Backend> ByRows<B> {
             each.max().unwrap_or(0)
         };
         let (most_sent, most_received) = (most(|b| &b.to), most(|b| &b.from));
-        let out = match symmetric {
-            Some(out) => out,
-            None => b.zeros(piece)?,
-        };
         Ok(Some(ByRows {
             batches,
             elem,

@@ -224,10 +224,15 @@ fn back_batched(kind: FftKind, s0: usize, out: &TensorState, ranks: usize) -> bo
 /// axis the first slab split, those held back and c2r's last.
 /// The norm's scale comes with the second, unless that one runs row batch by row batch on the way
 /// back to x-slabs (then with the first: the FFT is linear; a phase by rows scales nothing).
-fn phases(step: &Fft, input: &TensorState, out: &TensorState, (ranks, rank): (u64, u64)) -> [Phase; 2] {
+/// Each phase's shape is the rank's piece of the `slabs` it works in.
+fn phases(
+    step: &Fft,
+    (input, out): (&TensorState, &TensorState),
+    slabs: &Slabs,
+    (ranks, rank): (u64, u64),
+) -> [Phase; 2] {
     let nd = input.shape.len();
     let last = nd - 1;
-    let slabs = Slabs::of(step, input, out, ranks);
     let s0 = slabs.s0;
     let inverse = step.direction == FftDirection::Inverse;
     let local_shape = |working: bool, state: &TensorState| -> Vec<usize> {
@@ -476,7 +481,7 @@ impl<B: Backend> PreparedFft<B> {
             let m = Movement::new(input, &work_in, ranks, rank);
             Some(Staged::new(b, m, local_bytes(&work_in, ranks, rank))?)
         };
-        let [phase1, phase2] = phases(step, input, out, (ranks, rank));
+        let [phase1, phase2] = phases(step, (input, out), &slabs, (ranks, rank));
         let transposed = slabs.on(&middle, false);
         let first = Stage::new(b, phase1, &middle, &transposed, true)?;
         let natural = slabs.on(out, false);
@@ -617,10 +622,14 @@ mod tests {
         let x = Distribution::Slab(Axis::Index(0));
         let spectrum = state(&[8, 6, 5], DType::C64, Layout::C, y.clone());
         let signal = state(&[8, 6, 8], DType::F32, Layout::C, x);
-        let [first, second] = super::phases(&fft("c2r"), &spectrum, &signal, (2, 0));
+        let phases = |input| {
+            let slabs = super::Slabs::of(&fft("c2r"), input, &signal, 2);
+            super::phases(&fft("c2r"), (input, &signal), &slabs, (2, 0))
+        };
+        let [first, second] = phases(&spectrum);
         assert!(!first.spent && second.spent);
         let f_order = state(&[8, 6, 5], DType::C64, Layout::F, y);
-        assert!(super::phases(&fft("c2r"), &f_order, &signal, (2, 0))[0].spent);
+        assert!(phases(&f_order)[0].spent);
         // One rank: the whole phase reads the tensor itself unless it was moved first.
         let whole = |input| super::whole_phase(&fft("c2r"), input, &signal, (false, false));
         assert!(!whole(&spectrum).spent);
