@@ -360,18 +360,24 @@ pub fn plan_spec(path: &std::path::Path, ranks: Option<u64>) -> Result<plan::Pla
     plan::Plans::new(&swept, ranks).map_err(|d| swept.first().invalid(&d))
 }
 
+/// The exit of a rank that found the spec invalid: the first rank prints `errors` (every rank
+/// finds the same), the others wait a moment first, since mpiexec ends the whole job at the
+/// first rank that fails and could kill the first one before its errors are out.
+fn invalid(first: bool, errors: &dyn std::fmt::Display) -> ExitCode {
+    match first {
+        true => eprintln!("{errors}"),
+        false => std::thread::sleep(std::time::Duration::from_secs(1)),
+    }
+    ExitCode::from(EXIT_INVALID)
+}
+
 /// Runs a spec on this rank: validation errors are printed by the first rank only (every rank
 /// finds the same), a failure on any rank stops them all.
 fn run_spec(path: &std::path::Path, device: Option<&str>, opts: &crate::exec::Options) -> ExitCode {
     let first = crate::runtime::launcher::rank_hint().is_none_or(|r| r == 0);
     let mut swept = match load(path, None) {
         Ok(l) => l,
-        Err(invalid) => {
-            if first {
-                eprintln!("{invalid}");
-            }
-            return ExitCode::from(EXIT_INVALID);
-        }
+        Err(errors) => return invalid(first, &errors),
     };
     if let Some(d) = device {
         for (_, loaded) in &mut swept.points {
@@ -389,12 +395,7 @@ fn run_spec(path: &std::path::Path, device: Option<&str>, opts: &crate::exec::Op
     let early = match loaded.spec.runtime.ranks {
         Some(n) => match plan::Plans::new(&swept, u64::from(n)) {
             Ok(p) => Some(p),
-            Err(d) => {
-                if first {
-                    eprintln!("{}", loaded.invalid(&d));
-                }
-                return ExitCode::from(EXIT_INVALID);
-            }
+            Err(d) => return invalid(first, &loaded.invalid(&d)),
         },
         None => None,
     };
@@ -416,12 +417,7 @@ fn run_spec(path: &std::path::Path, device: Option<&str>, opts: &crate::exec::Op
         };
     let plans = match early.map_or_else(|| plan::Plans::new(&swept, ctx.size() as u64), Ok) {
         Ok(p) => p,
-        Err(d) => {
-            if ctx.rank() == 0 {
-                eprintln!("{}", loaded.invalid(&d));
-            }
-            return ExitCode::from(EXIT_INVALID);
-        }
+        Err(d) => return invalid(ctx.rank() == 0, &loaded.invalid(&d)),
     };
     if let Err(e) = crate::runtime::signals::install() {
         ctx.fail(&anyhow::Error::from(e).context("cannot catch SIGINT and SIGTERM"));
