@@ -138,6 +138,14 @@ def spec(p, nvshmem=False):
     s.append(step(op="fft", input="fl3", out="gl3", kind="c2c", direction="inverse"))
     s.append(step(op="fft", input="flr", out="glr", kind="c2r", direction="inverse", reshape=False))
     outs += ["gl", "gl3", "glr"]
+    # 2-D from x-slabs down 8192 points and more, left in y-slabs: the y-slabs land transposed
+    # (an r2c's half spectrum of 6 columns, c128 columns uneven over the ranks, an inverse).
+    t.append(tensor("flx", (8192, 10), "f64", '{ slab = "x" }'))
+    t.append(tensor("fly", (16384, 7), "c128", '{ slab = "x" }'))
+    s.append(step(op="fft", input="flx", out="glx", kind="r2c", reshape=False))
+    s.append(step(op="fft", input="fly", out="gly", kind="c2c", reshape=False, direction="inverse",
+                  norm="ortho"))
+    outs += ["glx", "gly"]
     runtime = '[runtime]\nbackends = ["nccl", "nvshmem"]\n' if nvshmem else ""
     out = ['[job]\nname = "gpu-check-compute"\nseed = 5\n' + runtime] + t + s
     out.append("[output]\ngather = true\ntensors = [" + ", ".join(f'"{o}"' for o in outs) + "]\n")

@@ -201,6 +201,20 @@ fn cases(p: usize) -> Vec<Case> {
     let mut c = base("c2c", DType::C64, &s2, &slab_boxes(&s2, 1, p));
     (c.out_dist, c.reshape) = (Some(slab_boxes(&s2, 0, p)), false);
     all.push(c);
+    // 2-D from x-slabs down 8192-point columns, left in y-slabs: the y-slabs land transposed
+    // (x contiguous) and go to C order after the second phase. Three columns leave a rank
+    // of four none; an inverse with its norm; an r2c; y-boxes out.
+    let long = vec![8192u64, 3];
+    let mut c = base("c2c", DType::C64, &long, "{ slab = 0 }");
+    (c.inverse, c.norm, c.reshape) = (true, "ortho", false);
+    all.push(c);
+    let mut c = base("r2c", DType::F64, &vec![8192, 10], "{ slab = 0 }");
+    c.reshape = false;
+    all.push(c);
+    let wide = vec![8192u64, 6];
+    let mut c = base("c2c", DType::C128, &wide, "{ slab = 0 }");
+    c.out_dist = Some(boxes_along(&wide, 1, p));
+    all.push(c);
     // A replicated input: every rank transforms all of it; the result replicated, or moved to
     // a declared distribution.
     let replicated = "\"replicated\"";
@@ -414,6 +428,30 @@ fn every_kind_precision_norm_and_distribution_at_1_to_4_ranks() {
                     (g.0 - w.0).hypot(g.1 - w.1) <= tol,
                     "{p} ranks, case {i} ({}), element {e}: {g:?} vs {w:?}",
                     c.kind
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn the_references_radix_2_transform_is_the_direct_dft() {
+    // dft_axis takes radix 2 along power-of-two axes from 64 points on: against the direct
+    // sum, written here, both ways.
+    for n in [64usize, 256] {
+        let x = values(n as u64, n, true);
+        for sign in [-1.0, 1.0] {
+            let fast = dft_axis(&x, &[n], 0, sign);
+            for (k, f) in fast.iter().enumerate() {
+                let mut s = (0.0, 0.0);
+                for (j, v) in x.iter().enumerate() {
+                    let ph = sign * 2.0 * std::f64::consts::PI * ((k * j) % n) as f64 / n as f64;
+                    s.0 += v.0 * ph.cos() - v.1 * ph.sin();
+                    s.1 += v.0 * ph.sin() + v.1 * ph.cos();
+                }
+                assert!(
+                    (f.0 - s.0).hypot(f.1 - s.1) < 1e-9,
+                    "{n}, {k}: {f:?} vs {s:?}"
                 );
             }
         }

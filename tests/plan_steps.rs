@@ -81,6 +81,48 @@ reshape = false
 }
 
 #[test]
+fn a_2d_fft_down_long_columns_lands_its_y_slabs_transposed() {
+    // From x-slabs, left in y-slabs, on 3 ranks or more: 8192-point columns land as rows (x
+    // contiguous), then go to C order; back in x-slabs (reshape) or down shorter columns they
+    // land as they are.
+    let spec = |name: &str, rows: u64, reshape: bool| {
+        temp_spec(
+            name,
+            &format!(
+                r#"[job]
+name = "{name}"
+[tensors.x]
+shape = [{rows}, 16]
+dtype = "c64"
+distribution = {{ slab = 0 }}
+init = {{ uniform = {{}} }}
+[[steps]]
+op = "fft"
+input = "x"
+kind = "c2c"
+reshape = {reshape}
+"#
+            ),
+        )
+    };
+    let detail = |s: &Scratch| plan(s.to_str().unwrap(), 3)["steps"][0]["detail"].clone();
+    let long = detail(&spec("longcols", 8192, false));
+    assert_eq!(
+        long,
+        "FFT of axes 1 on x-slabs, one all-to-all to y-slabs landing transposed, FFT of axis 0, \
+         then to the result's distribution"
+    );
+    for (name, rows, reshape) in [("longback", 8192, true), ("shortcols", 4096, false)] {
+        let d = detail(&spec(name, rows, reshape));
+        assert!(!d.as_str().unwrap().contains("transposed"), "{name}: {d}");
+    }
+    // On 2 ranks half of each piece stays: the senders' transposes would outlast the exchange.
+    let two = plan(spec("longtwo", 8192, false).to_str().unwrap(), 2);
+    let d = &two["steps"][0]["detail"];
+    assert!(!d.as_str().unwrap().contains("transposed"), "{d}");
+}
+
+#[test]
 fn an_fft_of_boxes_that_are_slabs_moves_nothing_first() {
     // Over 3 ranks 30 planes are slabs of 10: such boxes are x-slabs, so the FFT starts on
     // them (and rows of 9 are y-slabs); boxes split otherwise are moved to working slabs first.

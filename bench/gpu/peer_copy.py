@@ -30,6 +30,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mib", type=int, default=512)
     ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--widths", type=int, nargs="*", default=[],
+                    help="also 2-D copies of rows this many KiB wide (packed at the source, "
+                         "strided at the destination, as a transposed landing's puts)")
     args = ap.parse_args()
     n = cp.cuda.runtime.getDeviceCount()
     part = args.mib << 20
@@ -91,6 +94,19 @@ def main():
                                          rt.memcpyDefault, s.ptr)
         return issue
 
+    def narrow(kib):
+        # Rows of `kib` KiB, packed at the source, n times wider apart at the destination.
+        w = kib << 10
+        rows = part // w
+
+        def issue():
+            for i in range(n):
+                with cp.cuda.Device(i):
+                    for q in peers(i):
+                        rt.memcpy2DAsync(dst[q].data.ptr + i * w, n * w, src[i].data.ptr + q * part, w,
+                                         w, rows, rt.memcpyDefault, streams[i][0].ptr)
+        return issue
+
     def sm(blocks, per_peer):
         def issue():
             for i in range(n):
@@ -132,6 +148,7 @@ def main():
         ("copy engines, stream per peer, contiguous", ce(True)),
         ("copy engines, one stream, 2-D 256 KiB rows", ce2d(False)),
         ("copy engines, stream per peer, 2-D 256 KiB rows", ce2d(True)),
+        *[(f"copy engines, one stream, 2-D {k} KiB rows packed at the source", narrow(k)) for k in args.widths],
         *[(f"SM kernel {b}x8 blocks per peer, stream per peer, 2-D", sm(b, True)) for b in (2, 4, 8, 16)],
         ("SM kernel 8x8 blocks, one stream, 2-D", sm(8, False)),
         *[(f"copy engines and SM kernel ({int(f * 100)}% of rows, {b}x8 blocks) at once", mixed(f, b))

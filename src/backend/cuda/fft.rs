@@ -4,7 +4,7 @@
 //! (launched once per block of the axes before it). Plans are made on first use and kept.
 
 use super::{Cuda, DevBuf, launch_config};
-use crate::backend::work::{AxisOp, Phase, RunGrid};
+use crate::backend::work::{AxisOp, LONG_COLUMNS, Phase, RunGrid};
 use crate::spec::tensor::DType;
 use anyhow::{Result, anyhow};
 use cudarc::cufft::{CudaFft, result as cufft, sys};
@@ -146,7 +146,7 @@ impl Group {
         let n = self.dims[0];
         matches!(self.transform, Transform::C2c { .. })
             && self.dims.len() == 1
-            && n >= 8192
+            && n >= LONG_COLUMNS
             && self.embed.is_none()
             && self.stride >= self.batch
             && self.stride > 1

@@ -31,7 +31,7 @@ use crate::spec::tensor::{DType, Distribution, Layout};
 use anyhow::Result;
 use batched::Batched;
 use by_rows::ByRows;
-use crate::backend::work::{AxisOp, Phase};
+use crate::backend::work::{AxisOp, LONG_COLUMNS, Phase};
 
 /// The slab an FFT works from: 2-D r2c must hold its last axis whole first (x-slabs) and 2-D c2r
 /// last (so it starts in y-slabs); otherwise the input's own slab, or x-slabs for boxes.
@@ -87,6 +87,8 @@ pub(super) struct Slabs {
     pub s0: usize,
     work: Vec<usize>,
     other: Vec<usize>,
+    /// The complementary slab is landed and transformed in F order ([`lands_transposed`]).
+    pub transposed: bool,
 }
 
 impl Slabs {
@@ -112,10 +114,12 @@ impl Slabs {
             s0,
             work: order(input, s0),
             other: order(out, 1 - s0),
+            transposed: lands_transposed(step, input, out, s0, ranks),
         }
     }
 
-    /// `state` in C order on the working slab (`working`) or on the complementary one.
+    /// `state` on the working slab (`working`, C order) or on the complementary one (in C
+    /// order, or F where it lands transposed).
     pub fn on(&self, state: &TensorState, working: bool) -> TensorState {
         let (axis, order) = match working {
             true => (self.s0, &self.work),
@@ -123,10 +127,31 @@ impl Slabs {
         };
         TensorState {
             dist: ordered_slab(&state.shape, axis, order),
-            layout: Layout::C,
+            layout: match !working && self.transposed {
+                true => Layout::F,
+                false => Layout::C,
+            },
             ..state.clone()
         }
     }
+}
+
+/// Whether a 2-D FFT from x-slabs lands its y-slabs transposed (in F order: each column's
+/// values contiguous) for a second phase down columns of [`LONG_COLUMNS`] points or more, which
+/// then runs along contiguous rows, its result transposed to the output's layout after: each
+/// sender transposes its batches while the exchange goes on, where the second phase would
+/// otherwise transpose the columns to rows and back after it (see `batched.rs`). Not on the
+/// way back to x-slabs batch by batch (`reshape = true`), which takes C-order rows. Not on 2
+/// ranks either, where half of each piece stays and the shorter exchange no longer hides the
+/// senders' transposes: on 4 H100s c64 16384^2 took 2.43 ms against 2.60, c128 8192^2 1.30
+/// against 1.37; on 2, 4.27 against 4.17 and 2.15 against 2.16 (bench/RESULTS.md, 2026-11-27).
+fn lands_transposed(step: &Fft, input: &TensorState, out: &TensorState, s0: usize, ranks: u64) -> bool {
+    ranks > 2
+        && input.shape.len() == 2
+        && s0 == 0
+        && step.kind != FftKind::C2r
+        && input.shape[0] >= LONG_COLUMNS as u64
+        && !back_batched(step.kind, s0, out, ranks as usize)
 }
 
 /// The slab of `shape` along `axis` with rank r holding piece `order[r]`: the slab itself where
@@ -282,15 +307,34 @@ fn phases(
             rows: None,
             spent: slabs.on(input, true) != *input,
         },
-        // Its input, the transposed first phase, is the step's own.
+        // Its input, the transposed first phase, is the step's own; landed transposed, its
+        // piece in F order is the C-order piece of the reversed shape.
         Phase {
-            shape: local_shape(false, &middle),
-            ops: ops2,
+            shape: match slabs.transposed {
+                true => local_shape(false, &middle).into_iter().rev().collect(),
+                false => local_shape(false, &middle),
+            },
+            ops: match slabs.transposed {
+                true => (ops2.iter()).map(|op| reversed(op, nd)).collect(),
+                false => ops2,
+            },
             scale: s.filter(|_| !by_rows),
             rows: None,
             spent: true,
         },
     ]
+}
+
+/// `op` on the reversed axes of a piece of `nd` axes (a complex transform's; real ones run
+/// along the last axis, which a transposed phase never takes).
+fn reversed(op: &AxisOp, nd: usize) -> AxisOp {
+    match *op {
+        AxisOp::C2c { axis, inverse } => AxisOp::C2c {
+            axis: nd - 1 - axis,
+            inverse,
+        },
+        other => other,
+    }
 }
 
 /// The factor the norm applies in the step's direction (None where it is 1).

@@ -63,8 +63,12 @@ impl Op for Fft {
         let (s0, s1) = (slabs.s0, 1 - slabs.s0);
         let held: Vec<String> = (0..nd).filter(|&a| a != s0).map(|a| a.to_string()).collect();
         let moved_in = slabs.on(input, true) != *input;
+        let landed = match slabs.transposed {
+            true => " landing transposed",
+            false => "",
+        };
         let detail = format!(
-            "{}FFT of axes {} on {}-slabs, one all-to-all to {}-slabs, FFT of axis {s0}{}",
+            "{}FFT of axes {} on {}-slabs, one all-to-all to {}-slabs{landed}, FFT of axis {s0}{}",
             if moved_in { "moved to working slabs, " } else { "" },
             held.join(", "),
             SLABS[s0],
