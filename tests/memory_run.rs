@@ -113,6 +113,12 @@ fn cases() -> Vec<(&'static str, String, String)> {
             tensor("x", &sq, "{ slab = 1 }", "f64", "C"),
             one("fft", "kind = \"r2c\""),
         ),
+        // Down 16384-point columns: the second phase column batch by column batch.
+        (
+            "fft_c2c_2d_columns",
+            tensor("x", "[16384, 160]", "{ slab = 0 }", "c64", "C"),
+            one("fft", "reshape = false"),
+        ),
     ]
 }
 

@@ -11,14 +11,6 @@
 //! by puts: one strided copy per peer from the first phase's output straight into the peer's
 //! symmetric result, by the copy engines, so the SMs stay with cuFFT and nothing is packed.
 //! Both are ready; the step's trial runs pick one ([`Route`]; bench/RESULTS.md).
-//!
-//! A 2-D transform whose second phase runs down long columns lands its y-slab transposed
-//! (`to` in F order: each y-row's x values contiguous; see `lands_transposed` in the module
-//! above): each batch's FFT goes to a scratch, is tile-transposed into its place in the first
-//! phase's output (its rows for each peer then one block `[rows, planes]`), and lands at each
-//! peer as `planes` values in each of its rows, a 2-D put. The second phase then runs along
-//! contiguous rows, and the one transpose it would have needed before its FFT runs on the
-//! senders while the exchange goes on.
 
 use crate::backend::work::{AxisOp, Phase};
 use crate::backend::{Backend, Puts, Rows, puts_of};
@@ -28,7 +20,7 @@ use crate::backend::work::{Run, Runs};
 use crate::ops::movement::Route;
 use super::slab_pieces;
 use crate::runtime::comm::Parts;
-use crate::spec::tensor::{DType, Distribution, Layout};
+use crate::spec::tensor::{DType, Distribution};
 use anyhow::Result;
 
 /// How many batches a transpose of `shape` (`elem` bytes a value) over `ranks` runs in: one per
@@ -61,10 +53,6 @@ struct Batch {
     from: Parts,
     /// By puts from the first phase's output into each peer's result (where it is symmetric).
     puts: Vec<Put>,
-    /// Landing transposed: the FFT's output (in the scratch) into its place in the first
-    /// phase's output, transposed; and the NCCL route's unpacking from the receive buffer.
-    transpose: Runs,
-    unpack: Runs,
 }
 
 /// A put of one batch's rows for one peer (bytes).
@@ -79,12 +67,8 @@ pub(super) struct Put {
 pub struct Batched<B: Backend> {
     batches: Vec<Batch>,
     elem: usize,
-    /// The send buffer of all-to-all batches (landing transposed: the receive buffer, and the
-    /// scratch a batch's FFT writes).
+    /// The send buffer of all-to-all batches.
     send: B::Buf,
-    recv: B::Buf,
-    scratch: B::Buf,
-    transposed: bool,
     /// The y-slab piece the transpose fills (symmetric where puts can fill it: as large as the
     /// largest).
     pub out: B::Buf,
@@ -96,7 +80,7 @@ pub struct Batched<B: Backend> {
 impl Route {
     /// Before a run's batches: with puts, every peer is done reading its result of the last
     /// run before puts overwrite it.
-    fn start<B: Backend>(self, b: &B) -> Result<()> {
+    pub(super) fn start<B: Backend>(self, b: &B) -> Result<()> {
         if self.puts() {
             puts_of(b).put_barrier()?;
         }
@@ -226,19 +210,6 @@ pub(super) fn landing<B: Backend>(b: &B, room: usize, piece: usize) -> Result<(B
     }
 }
 
-/// Bytes a transpose from `middle` to `to` landing transposed (`to` in F order) holds on rank
-/// `me`: the landed piece, the scratch a batch's FFT writes and the receive buffer (0 where
-/// it does not run batch by batch).
-pub(super) fn transposed_bytes(middle: &TensorState, to: &TensorState, ranks: usize, me: usize) -> u64 {
-    match Grid::of(middle, to, ranks, me) {
-        Some(g) if to.layout == Layout::F => {
-            let (scratch, received) = g.transposed_scratch();
-            (g.n0 * g.ys[me].1 * g.elem + scratch + received) as u64
-        }
-        _ => 0,
-    }
-}
-
 /// Relative sizes of the batches: the first small, so that the first move starts soon, then
 /// each half again as large as the one before up to a steady size. A batch's move takes about
 /// 1.5x its FFT on 4 H200s (bench/RESULTS.md), so the moves never wait for the FFTs.
@@ -275,62 +246,16 @@ struct Grid {
     elem: usize,
     /// Batches.
     n: usize,
+    /// Bytes of one x-plane of the first phase's input.
+    in_plane: usize,
     /// Where each peer's part starts in the send buffer (elements).
     displ: Vec<usize>,
-    /// Planes along x (all ranks').
-    n0: usize,
 }
 
 impl Grid {
-    /// The grid of a transpose from `middle` (x-slabs, C order) to `to` (y-slabs, in C order,
-    /// or in F order where it lands transposed: 2-D only) for rank `me`; None where either is
-    /// no slab or one rank holds everything.
-    fn of(middle: &TensorState, to: &TensorState, ranks: usize, me: usize) -> Option<Grid> {
-        let transposed = to.layout == Layout::F;
-        let to_c = TensorState {
-            layout: Layout::C,
-            ..to.clone()
-        };
-        let xs = slab_pieces(middle, 0, ranks)?;
-        let ys = slab_pieces(&to_c, 1, ranks)?;
-        if ranks < 2 || (transposed && middle.shape.len() != 2) {
-            return None;
-        }
-        let shape: Vec<usize> = middle.shape.iter().map(|&n| n as usize).collect();
-        let (n1, inner) = (shape[1], shape[2..].iter().product::<usize>());
-        let elem = middle.dtype.size() as usize;
-        let fewest = xs.iter().map(|x| x.1).min().unwrap_or(0);
-        let n = batch_count(&middle.shape, elem, ranks, fewest);
-        // The send buffer holds each peer's part whole, peers in rank order (not this rank).
-        let mut displ = vec![0; ranks];
-        for q in 1..ranks {
-            let before = if q - 1 == me { 0 } else { ys[q - 1].1 };
-            displ[q] = displ[q - 1] + xs[me].1 * before * inner;
-        }
-        Some(Grid {
-            xs,
-            ys,
-            me,
-            n1,
-            inner,
-            elem,
-            n,
-            displ,
-            n0: shape[0],
-        })
-    }
-
-    /// Elements the send buffer holds: this rank's parts for every peer.
-    fn sent(&self) -> usize {
-        (0..self.xs.len())
-            .filter(|&q| q != self.me)
-            .map(|q| self.xs[self.me].1 * self.ys[q].1 * self.inner)
-            .sum()
-    }
-
     /// Batch `j`: the first phase on its planes, and their parts for the peers (packed, or put
     /// where `can_put`) and this rank's own.
-    fn batch(&self, j: usize, phase1: &Phase, can_put: bool, in_plane: usize) -> Batch {
+    fn batch(&self, j: usize, phase1: &Phase, can_put: bool) -> Batch {
         let (xs, ys, displ) = (&self.xs, &self.ys, &self.displ);
         let (me, n1, inner, elem) = (self.me, self.n1, self.inner, self.elem);
         let ranks = xs.len();
@@ -371,93 +296,13 @@ impl Grid {
         }
         Batch {
             phase,
-            at: (lo * in_plane, lo * n1 * inner * elem),
+            at: (lo * self.in_plane, lo * n1 * inner * elem),
             own: own.into(),
             pack: pack.into(),
             to,
             from,
             puts: put,
-            transpose: Runs::default(),
-            unpack: Runs::default(),
         }
-    }
-
-    /// Batch `j` landing transposed (2-D: `inner` is 1): its FFT into the scratch, transposed
-    /// into the first phase's output at its planes' place (`[n1, w]` for its w planes), from
-    /// there each peer's rows `[s1_q, w]` to the peer's piece `[s1_q, n0]` at column `x0 + lo`
-    /// (put, or sent whole and unpacked from the receive buffer) and this rank's own.
-    fn batch_transposed(&self, j: usize, phase1: &Phase, can_put: bool, in_plane: usize) -> Batch {
-        let (xs, ys, me, n1, n0, elem) = (&self.xs, &self.ys, self.me, self.n1, self.n0, self.elem);
-        let ranks = xs.len();
-        let (lo, hi) = planes(xs[me].1, j, self.n);
-        let w = hi - lo;
-        let mut phase = phase1.clone();
-        phase.shape[0] = w;
-        let base = lo * n1;
-        let transpose = (0..w).map(|x| Run {
-            src: x * n1,
-            dst: base + x,
-            count: n1,
-            src_stride: 1,
-            dst_stride: w,
-        });
-        // This rank's rows of q's batch j: `[s1_me, w_q]` in q's part of the receive buffer.
-        let (mut to, mut from) = (Parts::packed(&vec![0; ranks]), Parts::packed(&vec![0; ranks]));
-        let (mut puts, mut unpack, mut received) = (Vec::new(), Vec::new(), 0);
-        for q in (0..ranks).map(|k| (me + k) % ranks).filter(|&q| q != me) {
-            let (y0, s1) = ys[q];
-            (to.counts[q], to.displs[q]) = (s1 * w, base + y0 * w);
-            if can_put && s1 > 0 && w > 0 {
-                puts.push(Put {
-                    peer: q,
-                    src: (base + y0 * w) * elem,
-                    dst: (xs[me].0 + lo) * elem,
-                    rows: Rows {
-                        width: w * elem,
-                        height: s1,
-                        src_pitch: w * elem,
-                        dst_pitch: n0 * elem,
-                    },
-                });
-            }
-            let (qlo, qhi) = planes(xs[q].1, j, self.n);
-            let wq = qhi - qlo;
-            (from.counts[q], from.displs[q]) = (ys[me].1 * wq, received);
-            let at = received;
-            unpack.extend((0..ys[me].1).map(|y| Run::contiguous(at + y * wq, y * n0 + xs[q].0 + qlo, wq)));
-            received += ys[me].1 * wq;
-        }
-        let (y0, s1) = ys[me];
-        let own = (0..s1).map(|y| Run::contiguous(base + (y0 + y) * w, y * n0 + xs[me].0 + lo, w));
-        Batch {
-            phase,
-            at: (lo * in_plane, 0),
-            own: own.collect::<Vec<_>>().into(),
-            pack: Runs::default(),
-            to,
-            from,
-            puts,
-            transpose: transpose.collect::<Vec<_>>().into(),
-            unpack: unpack.into(),
-        }
-    }
-
-    /// Bytes of the scratch a batch's FFT writes and of the receive buffer, landing transposed:
-    /// the largest batch's.
-    fn transposed_scratch(&self) -> (usize, usize) {
-        let me = self.me;
-        let width = |q: usize, j: usize| {
-            let (lo, hi) = planes(self.xs[q].1, j, self.n);
-            hi - lo
-        };
-        let peers = || (0..self.xs.len()).filter(|&q| q != me);
-        (0..self.n)
-            .map(|j| {
-                let fft = width(me, j) * self.n1 * self.elem;
-                let received = peers().map(|q| width(q, j)).sum::<usize>() * self.ys[me].1;
-                (fft, received * self.elem)
-            })
-            .fold((0, 0), |(a, b), (c, d)| (a.max(c), b.max(d)))
     }
 }
 
@@ -469,13 +314,19 @@ impl<B: Backend> Batched<B> {
     pub fn new(b: &B, middle: &TensorState, to: &TensorState, phase1: &Phase) -> Result<Option<Self>> {
         let (ranks, me) = (b.ranks(), b.rank());
         let along_x = (phase1.ops.iter()).any(|o| matches!(o, AxisOp::C2c { axis: 0, .. }));
-        let Some(grid) = Grid::of(middle, to, ranks, me) else {
+        // (first, count) of each rank's x-planes and y-rows.
+        let pieces = (slab_pieces(middle, 0, ranks), slab_pieces(to, 1, ranks));
+        let (Some(xs), Some(ys)) = pieces else {
             return Ok(None);
         };
-        if along_x {
+        if ranks < 2 || along_x {
             return Ok(None);
         }
-        let elem = grid.elem;
+        let shape: Vec<usize> = middle.shape.iter().map(|&n| n as usize).collect();
+        let (n1, inner) = (shape[1], shape[2..].iter().product::<usize>());
+        let elem = middle.dtype.size() as usize;
+        let fewest = xs.iter().map(|x| x.1).min().unwrap_or(0);
+        let n = batch_count(&middle.shape, elem, ranks, fewest);
         let in_plane = phase1.shape[1..].iter().product::<usize>();
         // Bytes per input value: an r2c reads reals (the same on every rank, so every rank
         // takes the same decision below).
@@ -489,29 +340,35 @@ impl<B: Backend> Batched<B> {
             return Ok(None);
         }
         let room = slab_room(&middle.shape, elem, ranks, 1);
-        let piece = grid.n0 * grid.ys[me].1 * grid.inner * elem;
+        let piece = shape[0] * ys[me].1 * inner * elem;
         let (out, can_put) = landing(b, room, piece)?;
-        let transposed = to.layout == Layout::F;
-        let batches = (0..grid.n)
-            .map(|j| match transposed {
-                true => grid.batch_transposed(j, phase1, can_put, in_plane * in_elem),
-                false => grid.batch(j, phase1, can_put, in_plane * in_elem),
-            })
-            .collect();
-        let (sent, received, scratch) = match transposed {
-            true => {
-                let (scratch, received) = grid.transposed_scratch();
-                (0, received, scratch)
-            }
-            false => (grid.sent() * elem, 0, 0),
+        // The send buffer holds each peer's part whole, peers in rank order (not this rank).
+        let mut displ = vec![0; ranks];
+        for q in 1..ranks {
+            let before = if q - 1 == me { 0 } else { ys[q - 1].1 };
+            displ[q] = displ[q - 1] + xs[me].1 * before * inner;
+        }
+        let grid = Grid {
+            xs,
+            ys,
+            me,
+            n1,
+            inner,
+            elem,
+            n,
+            in_plane: in_plane * in_elem,
+            displ,
         };
+        let batches = (0..n).map(|j| grid.batch(j, phase1, can_put)).collect();
+        let Grid { xs, ys, .. } = grid;
+        let sent = (0..ranks)
+            .filter(|&q| q != me)
+            .map(|q| xs[me].1 * ys[q].1 * inner)
+            .sum::<usize>();
         Ok(Some(Batched {
             batches,
             elem,
-            send: b.zeros(sent)?,
-            recv: b.zeros(received)?,
-            scratch: b.zeros(scratch)?,
-            transposed,
+            send: b.zeros(sent * elem)?,
             out,
             route: Route::new(can_put),
         }))
@@ -526,33 +383,22 @@ impl<B: Backend> Batched<B> {
         work: &B::Buf,
         after1: &mut B::Buf,
     ) -> Result<&B::Buf> {
-        let (send, recv, scratch) = (&mut self.send, &mut self.recv, &mut self.scratch);
-        let (elem, transposed) = (self.elem, self.transposed);
+        let (send, elem) = (&mut self.send, self.elem);
         self.route.run_batches(
             b,
             &self.batches,
             (after1, &mut self.out),
             elem,
-            &mut |batch, after1| match (batch.phase.shape[0], transposed) {
-                (0, _) => Ok(()),
-                (_, false) => {
+            &mut |batch, after1| match batch.phase.shape[0] {
+                0 => Ok(()),
+                _ => {
                     let (at_in, at_out) = batch.at;
                     b.fft(precision, &batch.phase, (work, at_in), (after1, at_out))
                 }
-                (_, true) => {
-                    b.fft(precision, &batch.phase, (work, batch.at.0), (&mut *scratch, 0))?;
-                    b.copy_runs(scratch, after1, &batch.transpose, elem)
-                }
             },
-            &mut |batch, after1, out| match transposed {
-                false => {
-                    b.copy_runs(after1, send, &batch.pack, elem)?;
-                    b.all_to_all_v(send, &batch.to, out, &batch.from, elem)
-                }
-                true => {
-                    b.all_to_all_v(after1, &batch.to, recv, &batch.from, elem)?;
-                    b.copy_runs(recv, out, &batch.unpack, elem)
-                }
+            &mut |batch, after1, out| {
+                b.copy_runs(after1, send, &batch.pack, elem)?;
+                b.all_to_all_v(send, &batch.to, out, &batch.from, elem)
             },
         )?;
         Ok(&self.out)

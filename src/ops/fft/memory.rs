@@ -1,15 +1,16 @@
 //! What a prepared FFT, and its check, hold on a rank beyond the input and result, as the plan
 //! counts it: the input moved to the working slab, each phase's result, the transposes' scratch
 //! (an exchange's, or the batched transposes' landing and send buffers, which are no larger;
-//! landing transposed, the larger of that and the batches' scratch and receive buffer),
+//! column batch by column batch, its send, receive, landing and second-phase buffers),
 //! the way back to the result's distribution, and the CPU's copies in its local phases (as much
 //! as the GPU's scratch for long transforms down columns takes: at most a phase's piece). The
 //! library's own plans and scratch (cuFFT's work area, rustfft's per-thread scratch of one
 //! line) are not counted.
 
 use super::{
-    Fft, FftKind, Slabs, as_slabs, batched, check::inverse, holds_whole, middle, symmetric_room,
+    Fft, FftKind, Slabs, as_slabs, check::inverse, columns, holds_whole, middle, symmetric_room,
 };
+use crate::spec::tensor::Layout;
 use crate::dist::TensorState;
 use crate::ops::exchange::Side;
 use crate::ops::movement::{local_bytes, staged_bytes};
@@ -49,14 +50,23 @@ pub fn workspace(
         FftKind::C2r => piece(&transposed) + piece(&natural),
         _ => piece(&transposed),
     });
-    // Landing transposed, the batches' scratch (see `batched.rs`) may exceed an exchange's.
-    let first = staged(&middle, &transposed).max(batched::transposed_bytes(
-        &middle,
-        &transposed,
-        ranks as usize,
-        rank as usize,
-    ));
-    to_work + piece(&middle) + first + back + phases
+    // Landing transposed, column batch by column batch (see `columns.rs`): its buffers, and
+    // the result in C order before it moves on where that is not the result.
+    if slabs.transposed {
+        let natural = TensorState {
+            layout: Layout::C,
+            ..natural.clone()
+        };
+        let columns = columns::workspace(&middle, &natural, ranks as usize, rank as usize);
+        if columns > 0 {
+            let back = match natural == *out {
+                true => 0,
+                false => piece(&natural) + staged(&natural, out) - piece(out),
+            };
+            return to_work + piece(&middle) + columns + back + phases;
+        }
+    }
+    to_work + piece(&middle) + staged(&middle, &transposed) + back + phases
 }
 
 /// The bytes an FFT's check holds on `rank`: the round trip's result, beside the inverse

@@ -6,13 +6,16 @@
 //! for pencils). Boxes that are a slab's pieces are that slab; from and to other boxes, each
 //! slab's pieces go to the ranks in the order of the boxes along its axis ([`Slabs`]), so that
 //! part of every box stays on its rank. r2c transforms the last axis first, c2r last, so that
-//! it is whole when they run.
+//! it is whole when they run. A 2-D transform from x-slabs down long columns that stays in
+//! y-slabs exchanges column batch by column batch, each batch's second phase running as it
+//! lands (`columns.rs`).
 //! A rank that holds the whole tensor (one rank, or a replicated input) transforms every axis in
 //! one local phase.
 
 mod batched;
 mod by_rows;
 pub mod check;
+mod columns;
 pub mod local;
 mod meaning;
 pub mod memory;
@@ -31,6 +34,7 @@ use crate::spec::tensor::{DType, Distribution, Layout};
 use anyhow::Result;
 use batched::Batched;
 use by_rows::ByRows;
+use columns::Columns;
 use crate::backend::work::{AxisOp, LONG_COLUMNS, Phase};
 
 /// The slab an FFT works from: 2-D r2c must hold its last axis whole first (x-slabs) and 2-D c2r
@@ -137,17 +141,16 @@ impl Slabs {
 }
 
 /// Whether a 2-D FFT from x-slabs lands its y-slabs transposed (in F order: each column's
-/// values contiguous) for a second phase down columns of [`LONG_COLUMNS`] points or more, which
-/// then runs along contiguous rows, its result transposed to the output's layout after: each
-/// sender transposes its batches while the exchange goes on, where the second phase would
-/// otherwise transpose the columns to rows and back after it (see `batched.rs`). Not on the
-/// way back to x-slabs batch by batch (`reshape = true`), which takes C-order rows. Not on 2
-/// ranks either, where half of each piece stays and the shorter exchange no longer hides the
-/// senders' transposes: on 4 H100s c64 16384^2 took 2.43 ms against 2.60, c128 8192^2 1.30
-/// against 1.37; on 2, 4.27 against 4.17 and 2.15 against 2.16 (bench/RESULTS.md, 2026-11-27).
+/// values contiguous) for a second phase down columns of [`LONG_COLUMNS`] points or more: its
+/// first phase then runs whole, and the exchange and the second phase column batch by column
+/// batch, each batch transformed along contiguous rows and transposed to C order as soon as it
+/// has landed (see `columns.rs`), where the second phase would otherwise wait for the whole
+/// exchange and transpose the columns to rows and back. Not on the way back to x-slabs batch by
+/// batch (`reshape = true`), which takes C-order rows. On 4 H100s by puts c64 16384^2 took 2.21
+/// ms against 2.61, c128 8192^2 1.21 against 1.38; on 2, 3.67 against 4.16 (bench/RESULTS.md,
+/// 2026-11-27).
 fn lands_transposed(step: &Fft, input: &TensorState, out: &TensorState, s0: usize, ranks: u64) -> bool {
-    ranks > 2
-        && input.shape.len() == 2
+    input.shape.len() == 2
         && s0 == 0
         && step.kind != FftKind::C2r
         && input.shape[0] >= LONG_COLUMNS as u64
@@ -440,6 +443,9 @@ enum Move<B: Backend> {
     Planes(Batched<B>),
     /// Batch by batch of y-rows to x-slabs, overlapping the phase.
     Rows(ByRows<B>),
+    /// Column batch by column batch to y-slabs, the second phase run on each as it lands
+    /// (the whole FFT), then to the result's distribution where that differs.
+    Columns(Box<Columns<B>>, Option<Box<Staged<B>>>),
 }
 
 impl<B: Backend> Stage<B> {
@@ -471,6 +477,13 @@ impl<B: Backend> Stage<B> {
                 b.fft(precision, &self.phase, (input, 0), (&mut *after, 0))?;
                 match then {
                     Move::Whole(staged) => staged.run(b, after),
+                    Move::Columns(c, then) => {
+                        let natural = c.run(b, precision, after)?;
+                        match then {
+                            Some(staged) => staged.run(b, natural),
+                            None => Ok(natural),
+                        }
+                    }
                     _ => Ok(after),
                 }
             }
@@ -482,6 +495,7 @@ impl<B: Backend> Stage<B> {
         match &mut self.then {
             Move::Planes(p) => Some(&mut p.route),
             Move::Rows(p) => Some(&mut p.route),
+            Move::Columns(c, _) => Some(&mut c.route),
             _ => None,
         }
     }
@@ -493,6 +507,8 @@ impl<B: Backend> Stage<B> {
             Move::Whole(staged) => staged.out,
             Move::Planes(p) => p.out,
             Move::Rows(p) => p.out,
+            Move::Columns(c, None) => c.out,
+            Move::Columns(_, Some(staged)) => staged.out,
         }
     }
 }
@@ -526,6 +542,16 @@ impl<B: Backend> PreparedFft<B> {
             Some(Staged::new(b, m, local_bytes(&work_in, ranks, rank))?)
         };
         let [phase1, phase2] = phases(step, (input, out), &slabs, (ranks, rank));
+        if slabs.transposed
+            && let Some(first) = Self::by_columns(b, (phase1.clone(), &phase2), &middle, &slabs.on(out, false), out)?
+        {
+            return Ok(PreparedFft {
+                precision: middle.dtype,
+                to_work,
+                first,
+                second: None,
+            });
+        }
         let transposed = slabs.on(&middle, false);
         let first = Stage::new(b, phase1, &middle, &transposed, true)?;
         let natural = slabs.on(out, false);
@@ -537,6 +563,38 @@ impl<B: Backend> PreparedFft<B> {
             first,
             second: Some(second),
         })
+    }
+
+    /// The first phase whole, then the exchange and the second phase column batch by column
+    /// batch ([`Columns`]) into `natural` (the complementary slab, landed in F order) in C
+    /// order, then to `out` where that differs; None where that does not apply.
+    fn by_columns(
+        b: &B,
+        (phase1, phase2): (Phase, &Phase),
+        middle: &TensorState,
+        natural: &TensorState,
+        out: &TensorState,
+    ) -> Result<Option<Stage<B>>> {
+        let (ranks, rank) = (b.ranks() as u64, b.rank() as u64);
+        let natural = TensorState {
+            layout: Layout::C,
+            ..natural.clone()
+        };
+        let Some(columns) = Columns::new(b, middle, &natural, phase2)? else {
+            return Ok(None);
+        };
+        let then = match natural == *out {
+            true => None,
+            false => {
+                let m = Movement::new(&natural, out, ranks, rank);
+                Some(Box::new(Staged::new(b, m, local_bytes(out, ranks, rank))?))
+            }
+        };
+        Ok(Some(Stage {
+            phase: phase1,
+            after: b.zeros(local_bytes(middle, ranks, rank))?,
+            then: Move::Columns(Box::new(columns), then),
+        }))
     }
 
     /// The FFT of a rank that holds the whole tensor: one local phase over every axis (one

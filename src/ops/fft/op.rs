@@ -13,6 +13,7 @@ use crate::plan::figures::Figures;
 use crate::plan::memory::Needs;
 use crate::plan::resolve::Resolver;
 use crate::spec::step::StepCommon;
+use crate::spec::tensor::Layout;
 use anyhow::Result;
 
 impl Op for Fft {
@@ -63,17 +64,21 @@ impl Op for Fft {
         let (s0, s1) = (slabs.s0, 1 - slabs.s0);
         let held: Vec<String> = (0..nd).filter(|&a| a != s0).map(|a| a.to_string()).collect();
         let moved_in = slabs.on(input, true) != *input;
-        let landed = match slabs.transposed {
-            true => " landing transposed",
-            false => "",
+        let (moved, each) = match slabs.transposed {
+            true => ("column batch by column batch to", " on each batch as it lands"),
+            false => ("one all-to-all to", ""),
         };
         let detail = format!(
-            "{}FFT of axes {} on {}-slabs, one all-to-all to {}-slabs{landed}, FFT of axis {s0}{}",
+            "{}FFT of axes {} on {}-slabs, {moved} {}-slabs, FFT of axis {s0}{each}{}",
             if moved_in { "moved to working slabs, " } else { "" },
             held.join(", "),
             SLABS[s0],
             SLABS[s1],
-            if *out == slabs.on(out, false) { "" } else { ", then to the result's distribution" },
+            if out.dist == slabs.on(out, false).dist && out.layout == Layout::C {
+                ""
+            } else {
+                ", then to the result's distribution"
+            },
         );
         Some((format!("slab_{}", SLABS[s0]), detail))
     }
