@@ -80,40 +80,51 @@ reshape = false
     assert_eq!(p["tensors"]["back"]["distribution"], json!({"slab": 0}));
 }
 
-#[test]
-fn a_2d_fft_down_long_columns_runs_its_second_phase_as_columns_land() {
-    // From x-slabs, left in y-slabs: 8192-point columns land as rows (x contiguous) batch by
-    // batch, each transformed as it lands; back in x-slabs (reshape) or down shorter columns
-    // they go in one all-to-all.
-    let spec = |name: &str, rows: u64, reshape: bool| {
-        temp_spec(
-            name,
-            &format!(
-                r#"[job]
+/// The `detail` the plan at 3 ranks gives a one-step c2c FFT of a c64 tensor `x` of `shape` in
+/// `dist`, with `extra` step keys.
+fn fft_detail(name: &str, shape: &str, dist: &str, extra: &str) -> Value {
+    let spec = temp_spec(
+        name,
+        &format!(
+            r#"[job]
 name = "{name}"
 [tensors.x]
-shape = [{rows}, 16]
+shape = {shape}
 dtype = "c64"
-distribution = {{ slab = 0 }}
+distribution = {dist}
 init = {{ uniform = {{}} }}
 [[steps]]
 op = "fft"
 input = "x"
 kind = "c2c"
-reshape = {reshape}
+{extra}
 "#
-            ),
+        ),
+    );
+    plan(spec.to_str().unwrap(), 3)["steps"][0]["detail"].clone()
+}
+
+#[test]
+fn a_2d_fft_down_long_columns_runs_its_second_phase_as_columns_land() {
+    // From x-slabs, left in y-slabs: 8192-point columns land as rows (x contiguous) batch by
+    // batch, each transformed as it lands; back in x-slabs (reshape) or down shorter columns
+    // they go in one all-to-all.
+    let detail = |name: &str, rows: u64, reshape: bool| {
+        let shape = format!("[{rows}, 16]");
+        fft_detail(
+            name,
+            &shape,
+            "{ slab = 0 }",
+            &format!("reshape = {reshape}"),
         )
     };
-    let detail = |s: &Scratch| plan(s.to_str().unwrap(), 3)["steps"][0]["detail"].clone();
-    let long = detail(&spec("longcols", 8192, false));
     assert_eq!(
-        long,
+        detail("longcols", 8192, false),
         "FFT of axes 1 on x-slabs, column batch by column batch to y-slabs, FFT of axis 0 on \
          each batch as it lands"
     );
     for (name, rows, reshape) in [("longback", 8192, true), ("shortcols", 4096, false)] {
-        let d = detail(&spec(name, rows, reshape));
+        let d = detail(name, rows, reshape);
         assert!(
             d.as_str().unwrap().contains("one all-to-all"),
             "{name}: {d}"
@@ -125,48 +136,29 @@ reshape = {reshape}
 fn an_fft_of_boxes_that_are_slabs_moves_nothing_first() {
     // Over 3 ranks 30 planes are slabs of 10: such boxes are x-slabs, so the FFT starts on
     // them (and rows of 9 are y-slabs); boxes split otherwise are moved to working slabs first.
-    let spec = |name: &str, boxes: &str| {
-        temp_spec(
-            name,
-            &format!(
-                r#"[job]
-name = "{name}"
-[tensors.x]
-shape = [30, 27, 33]
-dtype = "c64"
-distribution = {{ boxes = [{boxes}] }}
-init = {{ uniform = {{}} }}
-[[steps]]
-op = "fft"
-input = "x"
-kind = "c2c"
-"#
-            ),
-        )
+    let detail = |name: &str, boxes: &str| {
+        let dist = format!("{{ boxes = [{boxes}] }}");
+        fft_detail(name, "[30, 27, 33]", &dist, "")
     };
-    let detail = |s: &Scratch| plan(s.to_str().unwrap(), 3)["steps"][0]["detail"].clone();
-    let slabs = spec(
+    let d = detail(
         "boxslab",
         "[[0, 0, 0], [10, 27, 33]], [[10, 0, 0], [20, 27, 33]], [[20, 0, 0], [30, 27, 33]]",
     );
-    let d = detail(&slabs);
     assert!(!d.as_str().unwrap().contains("moved"), "{d}");
-    let rows = spec(
+    let d = detail(
         "boxrows",
         "[[0, 0, 0], [30, 9, 33]], [[0, 9, 0], [30, 18, 33]], [[0, 18, 0], [30, 27, 33]]",
     );
-    let d = detail(&rows);
     assert!(
         d.as_str()
             .unwrap()
             .starts_with("FFT of axes 0, 2 on y-slabs"),
         "{d}"
     );
-    let uneven = spec(
+    let d = detail(
         "boxuneven",
         "[[0, 0, 0], [30, 8, 33]], [[0, 8, 0], [30, 18, 33]], [[0, 18, 0], [30, 27, 33]]",
     );
-    let d = detail(&uneven);
     assert!(
         d.as_str().unwrap().contains("moved to working slabs"),
         "{d}"

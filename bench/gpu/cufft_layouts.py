@@ -14,6 +14,8 @@ import ctypes
 
 import cupy as cp
 
+from one_gpu import timed
+
 C2C, Z2Z = 0x29, 0x69
 
 
@@ -24,18 +26,6 @@ def cufft():
         except OSError:
             pass
     raise OSError("no libcufft")
-
-
-def timed(f, iters):
-    for _ in range(2):
-        f()
-    start, end = cp.cuda.Event(), cp.cuda.Event()
-    start.record()
-    for _ in range(iters):
-        f()
-    end.record()
-    end.synchronize()
-    return cp.cuda.get_elapsed_time(start, end) / iters
 
 
 def main():
