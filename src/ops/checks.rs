@@ -70,6 +70,36 @@ pub enum Along {
     Cols,
 }
 
+/// Threads a GPU's [`dots`] down strided lines aim at (outputs times stretches of the summed
+/// axis), each writing one partial dot of six f64s.
+pub const STRIDED_DOT_THREADS: usize = 1 << 19;
+
+/// How a GPU's [`dots`] of `outs` outputs down strided lines of `len` entries splits each line:
+/// (entries a stretch, stretches), about [`STRIDED_DOT_THREADS`] threads in all, each summing a
+/// stretch of at least 32 entries (fewer only where the line is shorter) and at most 65,535
+/// stretches a line. A stretch of one entry would hold a partial dot (48 bytes) per element.
+pub fn strided_dot_parts(outs: usize, len: usize) -> (usize, usize) {
+    const SHORTEST: usize = 32;
+    let aim = (STRIDED_DOT_THREADS / outs.max(1)).max(1);
+    let step = (len.div_ceil(aim))
+        .max(SHORTEST.min(len))
+        .max(len.div_ceil(65535))
+        .max(1);
+    (step, len.div_ceil(step))
+}
+
+/// Bytes a backend may hold on the device while it computes [`dots`] of `outs` outputs over
+/// `len` summed entries: the vectors (a complex x and a real w per entry), the dots (six f64s
+/// each) and, down strided lines, the partial dots (see [`strided_dot_parts`]).
+pub fn dots_scratch(outs: usize, len: usize) -> u64 {
+    if outs == 0 || len == 0 {
+        return 0;
+    }
+    let dot = 6 * 8;
+    let (_, parts) = strided_dot_parts(outs, len);
+    (24 * len + dot * outs * (1 + parts)) as u64
+}
+
 /// One dot of [`dots`]: `Σ v x` (complex, compensated) and `Σ |v| w`.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Dot {

@@ -581,7 +581,12 @@ impl Gen {
             Some(x) => x,
             None => {
                 let nd = self.rng.range(2, 3);
-                let shape: Vec<usize> = (0..nd).map(|_| self.rng.range(1, 9)).collect();
+                let mut shape: Vec<usize> = (0..nd).map(|_| self.rng.range(1, 9)).collect();
+                // Now and then 2-D down long columns: from x-slabs, exchanged column batch by
+                // column batch.
+                if nd == 2 && self.rng.chance(0.15) {
+                    shape[0] = 8192;
+                }
                 let dt = match kind {
                     "r2c" => self.rng.pick(&[Dt::F32, Dt::F64]),
                     _ => self.rng.pick(&[Dt::C64, Dt::C128]),

@@ -9,7 +9,7 @@
 
 use super::{Cuda, DevBuf, blas, fill};
 use crate::init::IndexMap;
-use crate::ops::checks::{Along, C, Dot, Gap, Lanes, Matrix};
+use crate::ops::checks::{Along, C, Dot, Gap, Lanes, Matrix, strided_dot_parts};
 use crate::ops::sum::Sum;
 use crate::spec::step::{Epilog, ReduceOp};
 use crate::spec::tensor::{DType, Layout};
@@ -345,8 +345,6 @@ extern "C" __global__ void activation(const unsigned char* out, int ot, const un
 const THREADS: u32 = 256;
 /// At most this many blocks for the element-wise reductions (their loops stride over the rest).
 const BLOCKS: u64 = 1024;
-/// Threads the strided dots aim at (outputs times stretches).
-const STRIDED_THREADS: usize = 1 << 19;
 
 /// The check kernels, compiled and loaded for one context.
 pub struct CheckKernels {
@@ -623,9 +621,7 @@ impl Cuda<'_> {
             // SAFETY: v holds outs x len elements of `dtype`, x and w len entries, out 6 outs.
             unsafe { launch.launch(cfg) }?;
         } else {
-            let parts = (STRIDED_THREADS / outs).clamp(1, len.min(65535));
-            let step = len.div_ceil(parts);
-            let parts = len.div_ceil(step);
+            let (step, parts) = strided_dot_parts(outs, len);
             let mut partial = self.stream.alloc_zeros::<f64>(6 * outs * parts)?;
             let s64 = step as u64;
             let mut launch = self.stream.launch_builder(&k.dots_strided);

@@ -220,3 +220,57 @@ fn an_activation_is_held_to_its_rounding() {
         (DType::F32, &two)
     ));
 }
+
+#[test]
+fn strided_dots_split_lines_into_stretches_that_cover_them() {
+    for (outs, len) in [
+        (1, 1),
+        (4, 10),
+        (512, 1024),
+        (301, 259),
+        (32768, 32768),
+        (1 << 20, 3),
+        (3, 1 << 20),
+    ] {
+        let (step, parts) = strided_dot_parts(outs, len);
+        // Every entry in exactly one stretch, none empty, at most 65,535 a line.
+        assert!(
+            step * parts >= len && step * (parts - 1) < len,
+            "{outs} x {len}"
+        );
+        assert!(parts <= 65535);
+        // At least 32 entries a stretch where the line has them; few threads beyond the aim.
+        assert!(step >= 32.min(len), "{outs} x {len}: {step}");
+        assert!(
+            outs * parts <= STRIDED_DOT_THREADS.max(outs),
+            "{outs} x {len}"
+        );
+    }
+}
+
+#[test]
+fn dots_scratch_covers_what_the_gpu_allocates() {
+    // The GPU's dots hold x (16 bytes an entry), w (8), the dots (48 each) and, down strided
+    // lines, 48 bytes per output per stretch.
+    let gpu = |outs: usize, len: usize| {
+        let (_, parts) = strided_dot_parts(outs, len);
+        (16 * len + 8 * len + 48 * outs + 48 * outs * parts) as u64
+    };
+    for (outs, len) in [
+        (1, 1),
+        (4, 10),
+        (301, 259),
+        (32768, 32768),
+        (1 << 20, 3),
+        (3, 1 << 20),
+    ] {
+        assert!(dots_scratch(outs, len) >= gpu(outs, len), "{outs} x {len}");
+    }
+    // A 32768 x 32768 result down strided lines: 16 stretches of 2048 (25 MiB of partials); a
+    // 512 x 1024 one: 32 stretches of 32, not 1024 of one (which took 25 MiB too).
+    assert_eq!(strided_dot_parts(32768, 32768), (2048, 16));
+    assert_eq!(strided_dot_parts(512, 1024), (32, 32));
+    assert!(dots_scratch(512, 1024) < 1 << 20);
+    assert_eq!(dots_scratch(0, 5), 0);
+    assert_eq!(dots_scratch(5, 0), 0);
+}

@@ -11,6 +11,7 @@ use super::{
     writes_directly,
 };
 use crate::dist::{Placement, TensorState};
+use crate::ops::checks::dots_scratch;
 use crate::ops::exchange::{Holdings, Side};
 use crate::ops::movement::{local_bytes, staged_bytes};
 use super::{Matmul, MatmulAlgorithm, MatmulChoice};
@@ -139,7 +140,8 @@ fn moved(state: &TensorState, target: &Target, (ranks, rank): (u64, u64)) -> (u6
 
 /// The bytes Freivalds' check holds on a rank: the result moved to the rows and columns it
 /// checks (at most a second copy of the rank's result, and the exchange's scratch), its vectors,
-/// and the pre-activation values the run kept for it.
+/// the pre-activation values the run kept for it, and the device's scratch for the largest of
+/// its dots (over either axis of any operand or the result: `checks::dots_scratch`).
 pub fn check_workspace(
     step: &Matmul,
     inputs: &[TensorState],
@@ -159,5 +161,13 @@ pub fn check_workspace(
         .filter_map(whole)
         .map(|s| s.iter().sum::<u64>() * 32)
         .sum();
-    3 * piece + vectors + pre
+    // Over the global shapes: the result may move to whole rows or columns first.
+    let dots = (inputs.iter().chain(std::iter::once(out)))
+        .map(|t| {
+            let (rows, cols) = (t.shape[0] as usize, t.shape.get(1).map_or(1, |&c| c as usize));
+            dots_scratch(cols, rows).max(dots_scratch(rows, cols))
+        })
+        .max()
+        .unwrap_or(0);
+    3 * piece + vectors + pre + dots
 }
