@@ -221,17 +221,20 @@ fn an_activation_is_held_to_its_rounding() {
     ));
 }
 
+/// (outputs, summed entries) of dots: tiny, odd, mid-sized, large, and lopsided either way.
+const DOT_SHAPES: [(usize, usize); 7] = [
+    (1, 1),
+    (4, 10),
+    (512, 1024),
+    (301, 259),
+    (32768, 32768),
+    (1 << 20, 3),
+    (3, 1 << 20),
+];
+
 #[test]
 fn strided_dots_split_lines_into_stretches_that_cover_them() {
-    for (outs, len) in [
-        (1, 1),
-        (4, 10),
-        (512, 1024),
-        (301, 259),
-        (32768, 32768),
-        (1 << 20, 3),
-        (3, 1 << 20),
-    ] {
+    for (outs, len) in DOT_SHAPES {
         let (step, parts) = strided_dot_parts(outs, len);
         // Every entry in exactly one stretch, none empty, at most 65,535 a line.
         assert!(
@@ -256,14 +259,7 @@ fn dots_scratch_covers_what_the_gpu_allocates() {
         let (_, parts) = strided_dot_parts(outs, len);
         (16 * len + 8 * len + 48 * outs + 48 * outs * parts) as u64
     };
-    for (outs, len) in [
-        (1, 1),
-        (4, 10),
-        (301, 259),
-        (32768, 32768),
-        (1 << 20, 3),
-        (3, 1 << 20),
-    ] {
+    for (outs, len) in DOT_SHAPES {
         assert!(dots_scratch(outs, len) >= gpu(outs, len), "{outs} x {len}");
     }
     // A 32768 x 32768 result down strided lines: 16 stretches of 2048 (25 MiB of partials); a

@@ -65,12 +65,12 @@ struct Plan {
 }
 
 /// How the batches of a transpose from `middle` (2-D x-slabs, C order) to `natural` (y-slabs,
-/// C order) go for rank `me`, with `phase` the second phase on the rank's whole piece
-/// (`[columns, n0]`, along axis 1); None where either is no slab.
+/// C order) go for rank `me`, with `phase` (where given) the second phase on the rank's whole
+/// piece (`[columns, n0]`, along axis 1); None where either is no slab.
 fn plan(
     middle: &TensorState,
     natural: &TensorState,
-    phase: &Phase,
+    phase: Option<&Phase>,
     (ranks, me): (usize, usize),
 ) -> Option<Plan> {
     let xs = slab_pieces(middle, 0, ranks)?;
@@ -161,9 +161,9 @@ fn plan(
             to,
             from,
             unpack: unpack.into(),
-            phase: (hi > lo).then(|| Phase {
+            phase: phase.filter(|_| hi > lo).map(|p| Phase {
                 shape: vec![hi - lo, n0],
-                ..phase.clone()
+                ..p.clone()
             }),
             at: lo * n0 * elem,
             back: back.into(),
@@ -182,14 +182,7 @@ fn plan(
 /// phase's output and the result (see [`Columns`]): the send and receive buffers, the landed
 /// piece and the second phase's output; 0 where it does not apply.
 pub(super) fn workspace(middle: &TensorState, natural: &TensorState, ranks: usize, me: usize) -> u64 {
-    let phase = Phase {
-        shape: Vec::new(),
-        ops: Vec::new(),
-        scale: None,
-        rows: None,
-        spent: true,
-    };
-    match plan(middle, natural, &phase, (ranks, me)) {
+    match plan(middle, natural, None, (ranks, me)) {
         Some(p) => ((p.sent + p.received + 2 * p.piece) * middle.dtype.size() as usize) as u64,
         None => 0,
     }
@@ -204,7 +197,7 @@ impl<B: Backend> Columns<B> {
         let (ranks, me) = (b.ranks(), b.rank());
         let elem = middle.dtype.size() as usize;
         let room = slab_room(&middle.shape, elem, ranks, 1);
-        let Some(p) = plan(middle, natural, phase, (ranks, me)) else {
+        let Some(p) = plan(middle, natural, Some(phase), (ranks, me)) else {
             return Ok(None);
         };
         let (landed, can_put) = landing(b, room, p.piece * elem)?;
