@@ -4,7 +4,7 @@
 # NCCL all_reduce timed as the peer's scripts do (mean of 20 back-to-back after 3 warm-up); and
 # distrun's `timing = "queued"` step (1000 iterations at 1 MiB, 20 at 1 GiB, back to back: the
 # host's cost per iteration shows only where it exceeds NCCL's own time).
-#   bench/gpu/allreduce.sh [DISTRUN_BINARY]
+#   RANKS="2 4" bench/gpu/allreduce.sh [DISTRUN_BINARY]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${1:-target/release/distrun}
@@ -28,7 +28,7 @@ for nbytes in [1 << 20, 1 << 30]:
     if rank == 0:
         print(f"cupyx all_reduce {nbytes} B ranks={n}: {t*1e6:.1f} us busbw {nbytes/t/1e9*2*(n-1)/n:.1f} GB/s", flush=True)
 PYEOF
-for p in 2 4; do
+for p in ${RANKS:-2 4}; do
   for nbytes in 1048576 1073741824; do
     cat > "$W/ar.toml" <<SPEC
 [job]

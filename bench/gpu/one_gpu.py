@@ -15,7 +15,9 @@ ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIR
 
 def first_step(binary, text, ranks=1):
     """The manifest record of the first step of the spec `text` run by `binary` (on `ranks`
-    ranks under mpiexec, one rank alone), and None; or None and the run's last line of errors."""
+    ranks under mpiexec, one rank alone), and None; or None and why the run failed: its exit
+    status and distrun's error lines (else the last lines it wrote), so that a failure under
+    mpiexec says more than mpiexec's banner."""
     with tempfile.TemporaryDirectory() as d:
         path = pathlib.Path(d) / "spec.toml"
         path.write_text(text)
@@ -23,7 +25,9 @@ def first_step(binary, text, ranks=1):
         run = subprocess.run([*launcher, binary, "run", str(path), "--out", f"{d}/run", "-q"],
                              env=ENV, capture_output=True, text=True)
         if run.returncode != 0:
-            return None, run.stderr.strip().splitlines()[-1:]
+            lines = (run.stderr + run.stdout).strip().splitlines()
+            errors = [l for l in lines if "error" in l.lower()] or lines[-3:]
+            return None, f"exit {run.returncode}: " + " / ".join(errors[:4])
         return json.loads((pathlib.Path(d) / "run/manifest.json").read_text())["steps"][0], None
 
 

@@ -2,11 +2,13 @@
 # Where a one-rank GPU run's start-up goes: a tiny spec (one all_gather of 4 KiB) run ROUNDS
 # times with -v, printing each part of bringing the GPU backend up (libraries, choosing the GPU,
 # the CUDA context, compiling the kernels, the NCCL communicator, NVSHMEM where named) and the
-# run's wall time.
+# run's wall time. With RANKS > 1, that many ranks under mpiexec (each prints its parts).
 #
-#   bench/gpu/startup.sh [DISTRUN_BINARY] [ROUNDS]
+#   bench/gpu/startup.sh [DISTRUN_BINARY] [ROUNDS] [RANKS]
 set -uo pipefail
-bin=$(realpath "${1:-target/release/distrun}") rounds=${2:-3}
+bin=$(realpath "${1:-target/release/distrun}") rounds=${2:-3} ranks=${3:-1}
+launcher=()
+[ "$ranks" -gt 1 ] && launcher=(mpiexec -n "$ranks")
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 work=$(mktemp -d)
 cat > "$work/tiny.toml" <<'SPEC'
@@ -28,7 +30,7 @@ tensors = []
 SPEC
 for round in $(seq "$rounds"); do
   rm -rf "$work/run"
-  /usr/bin/time -f "wall %e s" "$bin" run "$work/tiny.toml" --out "$work/run" -v 2>&1 \
+  /usr/bin/time -f "wall %e s" "${launcher[@]}" "$bin" run "$work/tiny.toml" --out "$work/run" -v 2>&1 \
     | grep -E "^distrun: .*\([0-9.]+ s\)$|^wall" | sed 's/^distrun: //' | tr '\n' ';'
   echo
 done

@@ -77,9 +77,17 @@ pub fn require(libs: &[Lib]) -> Result<()> {
     Ok(())
 }
 
-/// True when the GPU backend can start here with `libs`: they load and a GPU is visible.
+/// True when the GPU backend can start here with `libs`: they load and a GPU is visible (told
+/// without starting CUDA where it can be, so that the backend can still start CUDA on its own
+/// GPU alone).
 pub fn available(libs: &[Lib]) -> bool {
-    require(libs).is_ok() && cudarc::driver::CudaContext::device_count().is_ok_and(|n| n > 0)
+    let (gpus, mig) = super::devmap::host_gpus();
+    let listed = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+    require(libs).is_ok()
+        && match super::devmap::visible_without_cuda(listed.as_deref(), gpus, mig) {
+            Some(list) => !list.is_empty(),
+            None => cudarc::driver::CudaContext::device_count().is_ok_and(|n| n > 0),
+        }
 }
 
 #[cfg(test)]
