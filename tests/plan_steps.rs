@@ -82,7 +82,8 @@ reshape = false
 
 /// The `detail` the plan at 3 ranks gives a one-step c2c FFT of a c64 tensor `x` of `shape` in
 /// `dist`, with `extra` step keys.
-fn fft_detail(name: &str, shape: &str, dist: &str, extra: &str) -> Value {
+/// The plan at 3 ranks of a one-step c2c FFT of `shape` from `dist`, the step's `extra` keys.
+fn fft_step(name: &str, shape: &str, dist: &str, extra: &str) -> Value {
     let spec = temp_spec(
         name,
         &format!(
@@ -101,7 +102,20 @@ kind = "c2c"
 "#
         ),
     );
-    plan(spec.to_str().unwrap(), 3)["steps"][0]["detail"].clone()
+    plan(spec.to_str().unwrap(), 3)["steps"][0].clone()
+}
+
+fn fft_detail(name: &str, shape: &str, dist: &str, extra: &str) -> Value {
+    fft_step(name, shape, dist, extra)["detail"].clone()
+}
+
+#[test]
+fn an_fft_check_plans_room_for_its_sums_on_the_device() {
+    // Beyond the round trip (2 rows of 10 c64 values a rank), a GPU's Parseval and round-trip
+    // sums hold the last axis's weights and up to 1024 blocks' partial sums (16 KiB).
+    let step = fft_step("smallcheck", "[6, 10]", "{ slab = 0 }", "check = true");
+    let check = step["check_bytes_per_rank"].as_u64().unwrap();
+    assert!(check >= 2 * 10 * 8 + 16 * 1024 + 8 * 10, "{step}");
 }
 
 #[test]

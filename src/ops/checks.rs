@@ -100,6 +100,16 @@ pub fn dots_scratch(outs: usize, len: usize) -> u64 {
     (24 * len + dot * outs * (1 + parts)) as u64
 }
 
+/// Blocks a GPU's element-wise check reductions ([`energy`], [`gap`]) launch at most, each
+/// leaving a compensated partial sum (two f64s).
+pub const REDUCTION_BLOCKS: u64 = 1024;
+
+/// Bytes a backend may hold on the device while it computes an [`energy`] or a [`gap`] over
+/// lanes of `weights` positions: the weights and every block's partial sum.
+pub fn lanes_scratch(weights: usize) -> u64 {
+    8 * weights as u64 + 16 * REDUCTION_BLOCKS
+}
+
 /// One dot of [`dots`]: `Σ v x` (complex, compensated) and `Σ |v| w`.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Dot {

@@ -343,8 +343,9 @@ extern "C" __global__ void activation(const unsigned char* out, int ot, const un
 
 /// Threads per block (the kernels' `THREADS`).
 const THREADS: u32 = 256;
-/// At most this many blocks for the element-wise reductions (their loops stride over the rest).
-const BLOCKS: u64 = 1024;
+/// At most this many blocks for the element-wise reductions (their loops stride over the rest;
+/// the plan counts their partial sums: `checks::lanes_scratch`).
+const BLOCKS: u64 = crate::ops::checks::REDUCTION_BLOCKS;
 
 /// The check kernels, compiled and loaded for one context.
 pub struct CheckKernels {

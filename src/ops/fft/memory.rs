@@ -14,6 +14,7 @@ use crate::spec::tensor::Layout;
 use crate::dist::TensorState;
 use crate::ops::exchange::Side;
 use crate::ops::movement::{local_bytes, staged_bytes};
+use crate::ops::checks::lanes_scratch;
 
 /// The bytes an FFT from `input` to `out` holds on `rank` beyond both.
 pub fn workspace(
@@ -72,7 +73,7 @@ pub fn workspace(
 /// The bytes an FFT's check holds on `rank`: the round trip's result, beside the inverse
 /// transform's workspace while it runs; for a c2r then the planes of its first and last bins,
 /// whole, of the input and of the round trip (staged through one buffer, then both as complex
-/// f64 values).
+/// f64 values); and the scratch of its sums of energies and gaps, weighted along the last axis.
 pub fn check_workspace(
     step: &Fft,
     input: &TensorState,
@@ -89,8 +90,10 @@ pub fn check_workspace(
         }
         _ => 0,
     };
-    // The inverse's workspace is gone by the time the planes are gathered.
-    round_trip + inverse.max(planes)
+    let last = |s: &TensorState| *s.shape.last().unwrap_or(&1) as usize;
+    let sums = lanes_scratch(last(input).max(last(out)));
+    // The inverse's workspace is gone by the time the planes are gathered or the sums taken.
+    round_trip + inverse.max(planes).max(sums)
 }
 
 /// Symmetric-heap room for an FFT's transposed slab by puts (and its inverse's, which its check
