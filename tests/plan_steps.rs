@@ -80,9 +80,8 @@ reshape = false
     assert_eq!(p["tensors"]["back"]["distribution"], json!({"slab": 0}));
 }
 
-/// The `detail` the plan at 3 ranks gives a one-step c2c FFT of a c64 tensor `x` of `shape` in
+/// The step the plan at 3 ranks gives a one-step c2c FFT of a c64 tensor `x` of `shape` in
 /// `dist`, with `extra` step keys.
-/// The plan at 3 ranks of a one-step c2c FFT of `shape` from `dist`, the step's `extra` keys.
 fn fft_step(name: &str, shape: &str, dist: &str, extra: &str) -> Value {
     let spec = temp_spec(
         name,
@@ -105,6 +104,7 @@ kind = "c2c"
     plan(spec.to_str().unwrap(), 3)["steps"][0].clone()
 }
 
+/// That step's `detail`.
 fn fft_detail(name: &str, shape: &str, dist: &str, extra: &str) -> Value {
     fft_step(name, shape, dist, extra)["detail"].clone()
 }

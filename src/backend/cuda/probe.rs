@@ -81,13 +81,15 @@ pub fn require(libs: &[Lib]) -> Result<()> {
 /// without starting CUDA where it can be, so that the backend can still start CUDA on its own
 /// GPU alone).
 pub fn available(libs: &[Lib]) -> bool {
+    if require(libs).is_err() {
+        return false;
+    }
     let (gpus, mig) = super::devmap::host_gpus();
     let listed = std::env::var("CUDA_VISIBLE_DEVICES").ok();
-    require(libs).is_ok()
-        && match super::devmap::visible_without_cuda(listed.as_deref(), gpus, mig) {
-            Some(list) => !list.is_empty(),
-            None => cudarc::driver::CudaContext::device_count().is_ok_and(|n| n > 0),
-        }
+    match super::devmap::visible_without_cuda(listed.as_deref(), gpus, mig) {
+        Some(list) => !list.is_empty(),
+        None => cudarc::driver::CudaContext::device_count().is_ok_and(|n| n > 0),
+    }
 }
 
 #[cfg(test)]
