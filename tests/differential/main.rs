@@ -88,6 +88,7 @@ fn main() {
     let Some(o) = options() else {
         return;
     };
+    model::check_rounding();
     let started = Instant::now();
     let indices: Vec<usize> = match o.only {
         Some(i) => vec![i],
@@ -274,9 +275,9 @@ fn compare(name: &str, want: &Value, got: &Read) -> Result<(), String> {
             (E::I(a), E::I(b)) => a != b,
             (E::F(a), E::F(b)) => {
                 let d = (a.0 - b.0).hypot(a.1 - b.1);
-                // Exact values must be equal; computed ones within twice their bound (a NaN
-                // difference fails).
-                d.is_nan() || d > 2.0 * tol
+                // Exact values must be equal (infinities too); computed ones within twice their
+                // bound (a NaN difference fails).
+                a != b && (d.is_nan() || d > 2.0 * tol)
             }
             _ => true,
         };

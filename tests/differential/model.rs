@@ -87,6 +87,18 @@ impl Dt {
         }
     }
 
+    /// The magnitude from which rounding to the dtype gives infinity: its largest finite value
+    /// and half an ulp there.
+    pub fn overflow(self) -> f64 {
+        let edge = |mantissa_bits: i32| (2.0 - 2f64.powi(-mantissa_bits - 1)) * 2f64.powi(127);
+        match self {
+            Dt::F16 => 65520.0,
+            Dt::Bf16 => edge(7),
+            Dt::F32 | Dt::C64 => edge(23),
+            _ => f64::INFINITY,
+        }
+    }
+
     /// The smallest positive value (subnormal spacing): rounding near zero is off by up to it.
     pub fn tiny(self) -> f64 {
         match self {
@@ -169,32 +181,59 @@ pub enum E {
     I(i128),
 }
 
-/// `x` in bf16, rounded once to nearest even (`half`'s `bf16::from_f64` goes through f32, and
-/// rounding twice moves a value just off a tie onto the wrong side of it): of the bf16 values
-/// next to `half`'s, the nearest, the even one on a tie.
-fn bf16_once(x: f64) -> half::bf16 {
-    let guess = half::bf16::from_f64(x);
-    if !guess.is_finite() {
+/// `x` rounded once to nearest even in a 16-bit float type (`half`'s `from_f64` goes through
+/// f32, for f16 as for bf16, and rounding twice moves a value just off a tie onto the wrong side
+/// of it): of the values next to `half`'s `guess` (its bits), the nearest, the even one on a
+/// tie; `value` reads a value's bits.
+fn once(x: f64, guess: u16, value: impl Fn(u16) -> f64) -> u16 {
+    if !value(guess).is_finite() {
         return guess;
     }
-    let bits = guess.to_bits();
-    [bits.wrapping_sub(1), bits, bits.wrapping_add(1)]
-        .map(half::bf16::from_bits)
+    [guess.wrapping_sub(1), guess, guess.wrapping_add(1)]
         .into_iter()
-        .filter(|c| c.is_finite())
-        .min_by(|a, b| {
-            let far = |c: &half::bf16| (c.to_f64() - x).abs();
-            far(a)
-                .total_cmp(&far(b))
-                .then((a.to_bits() & 1).cmp(&(b.to_bits() & 1)))
+        .filter(|&c| value(c).is_finite())
+        .min_by(|&a, &b| {
+            let far = |c: u16| (value(c) - x).abs();
+            far(a).total_cmp(&far(b)).then((a & 1).cmp(&(b & 1)))
         })
         .unwrap_or(guess)
+}
+
+/// `x` in f16, rounded once (see [`once`]).
+fn f16_once(x: f64) -> half::f16 {
+    let bits = once(x, half::f16::from_f64(x).to_bits(), |b| {
+        half::f16::from_bits(b).to_f64()
+    });
+    half::f16::from_bits(bits)
+}
+
+/// The oracle's own rounding, checked before any case runs (it once rounded f16 twice, and
+/// called a correctly rounded init wrong): a value just above the tie between two f16s, which
+/// f32 rounds onto the tie, goes up; a product past f16's range is infinite.
+pub fn check_rounding() {
+    let (a, b) = (0.202392578125, 0.202392578125 + 2f64.powi(-13));
+    let above_tie = a + 2f64.powi(-14) + 2f64.powi(-30);
+    assert_eq!(f16_once(above_tie).to_f64(), b, "f16 rounded once");
+    assert_eq!(
+        bf16_once(1.0 + 2f64.powi(-8) + 2f64.powi(-40)).to_f64(),
+        1.0 + 2f64.powi(-7)
+    );
+    let ((v, _), t) = overflowed(Dt::F16, 74048.5, 361.0);
+    assert_eq!((v, t), (f64::INFINITY, 0.0), "an f16 product past 65504");
+}
+
+/// `x` in bf16, rounded once (see [`once`]).
+fn bf16_once(x: f64) -> half::bf16 {
+    let bits = once(x, half::bf16::from_f64(x).to_bits(), |b| {
+        half::bf16::from_bits(b).to_f64()
+    });
+    half::bf16::from_bits(bits)
 }
 
 /// A float rounded to the dtype (round to nearest even), complex parts each.
 pub fn round(dt: Dt, v: C) -> C {
     let r = |x: f64| match dt {
-        Dt::F16 => half::f16::from_f64(x).to_f64(),
+        Dt::F16 => f16_once(x).to_f64(),
         Dt::Bf16 => bf16_once(x).to_f64(),
         Dt::F32 | Dt::C64 => x as f32 as f64,
         _ => x,
@@ -209,7 +248,7 @@ pub fn round(dt: Dt, v: C) -> C {
 /// The bytes of one element.
 pub fn encode(dt: Dt, e: E, out: &mut Vec<u8>) {
     match (dt, e) {
-        (Dt::F16, E::F(v)) => out.extend(half::f16::from_f64(v.0).to_le_bytes()),
+        (Dt::F16, E::F(v)) => out.extend(f16_once(v.0).to_le_bytes()),
         (Dt::Bf16, E::F(v)) => out.extend(bf16_once(v.0).to_le_bytes()),
         (Dt::F32, E::F(v)) => out.extend((v.0 as f32).to_le_bytes()),
         (Dt::F64, E::F(v)) => out.extend(v.0.to_le_bytes()),
@@ -516,6 +555,20 @@ fn vals_norm(x: &Value) -> f64 {
         .sqrt()
 }
 
+/// A real result `v` (within `t`) as stored in `dt`: past the dtype's range by more than twice
+/// its bound, that infinity (IEEE arithmetic overflows); within twice its bound of the edge,
+/// either is accepted.
+fn overflowed(dt: Dt, v: f64, t: f64) -> (C, f64) {
+    let edge = dt.overflow();
+    if v.abs() - 2.0 * t >= edge {
+        ((f64::INFINITY.copysign(v), 0.0), 0.0)
+    } else if v.abs() + 2.0 * t >= edge {
+        ((v, 0.0), f64::INFINITY)
+    } else {
+        ((v, 0.0), t)
+    }
+}
+
 /// The reduction of a partial value's rows with `op`.
 pub fn reduce(x: &Value, op: &str) -> Value {
     let p = x.rows.len();
@@ -577,12 +630,17 @@ pub fn reduce(x: &Value, op: &str) -> Value {
                 ((v, 0.0), tols.iter().copied().fold(0.0, f64::max))
             }
         };
-        out.push(E::F(if dt.is_complex() { v } else { (v.0, 0.0) }));
-        tol.push(if t > 0.0 || op == "sum" || op == "avg" || op == "prod" {
+        let t = if t > 0.0 || op == "sum" || op == "avg" || op == "prod" {
             t + 2.0 * dt.tiny()
         } else {
             t
-        });
+        };
+        let (v, t) = match dt.is_complex() {
+            true => (v, t),
+            false => overflowed(dt, v.0, t),
+        };
+        out.push(E::F(v));
+        tol.push(t);
     }
     Value {
         shape: x.shape.clone(),
