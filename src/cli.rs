@@ -165,6 +165,7 @@ fn with_run_implied(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
 
 /// Parses the command line, runs the command and returns its exit status.
 pub fn main() -> ExitCode {
+    crate::exec::mark_start();
     let cli = Cli::parse_from(with_run_implied(std::env::args_os().collect()));
     crate::runtime::abort_job_on_panic();
     match std::panic::catch_unwind(|| run(cli.command)) {

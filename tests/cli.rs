@@ -362,6 +362,7 @@ fn verbose_runs_time_each_setup_phase_and_iteration() {
     };
     let verbose = run("-v", "v");
     for line in [
+        "distrun: spec planned, process group up (",
         "distrun: init x (",
         "distrun:   run 0: ",
         "distrun:   run 1: ",

@@ -8,6 +8,7 @@ mod running;
 mod terminal;
 mod write;
 
+pub use progress::mark_start;
 pub use running::StepRun;
 
 use crate::backend::cpu::Cpu;
@@ -104,6 +105,7 @@ pub fn run(plans: &Plans, ctx: &Context, opts: &Options) -> Result<bool> {
         opts.verbose,
         loaded.spec.steps.len(),
     );
+    progress.since_start("spec planned, process group up");
     if device(loaded, ctx)? == Device::Cuda {
         let started = std::time::Instant::now();
         // NVSHMEM's heap is the plan's, to the byte (`Plan::nvshmem_symmetric_size`); a
@@ -129,7 +131,12 @@ pub fn run(plans: &Plans, ctx: &Context, opts: &Options) -> Result<bool> {
             memory::preflight(ctx, plan, room)?;
         }
         match run_on(&backend, plans, ctx, opts, &progress, since) {
-            Ok(passed) => Ok(passed),
+            Ok(passed) => {
+                let closing = std::time::Instant::now();
+                drop(backend);
+                progress.setup("GPU backend shut down", closing.elapsed().as_secs_f64());
+                Ok(passed)
+            }
             Err(e) => {
                 backend.abandon_nvshmem();
                 // Peers may wait on this GPU in NCCL or an NVSHMEM barrier, and tearing the

@@ -6,6 +6,16 @@ use crate::ops::matmul::MatmulPipeline;
 use crate::plan::figures::Figures;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::cell::RefCell;
+use std::sync::OnceLock;
+use std::time::Instant;
+
+/// When this process began its work (`mark_start`), for `-v`'s first line.
+static STARTED: OnceLock<Instant> = OnceLock::new();
+
+/// Marks the start of this process's work (first thing in `cli::main`).
+pub fn mark_start() {
+    STARTED.get_or_init(Instant::now);
+}
 
 /// Rank 0's reporter (silent on other ranks and with `-q`).
 pub struct Progress {
@@ -122,6 +132,14 @@ impl Progress {
     pub fn setup(&self, what: &str, seconds: f64) {
         if self.verbose {
             self.line(&format!("distrun: {what} ({:.3} s)", seconds));
+        }
+    }
+
+    /// With `-v`: `what` took the time since `mark_start` (the spec read and planned, the
+    /// process group up: a launcher's share of start-up shows beside the backend's).
+    pub fn since_start(&self, what: &str) {
+        if let Some(t) = STARTED.get() {
+            self.setup(what, t.elapsed().as_secs_f64());
         }
     }
 
