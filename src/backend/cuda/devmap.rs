@@ -47,9 +47,17 @@ pub fn visible_without_cuda(listed: Option<&str>, gpus: usize, mig: bool) -> Opt
     Some(seen.iter().map(|i| i.to_string()).collect())
 }
 
+/// [`visible_without_cuda`] for this process: from its `CUDA_VISIBLE_DEVICES` and the host's
+/// GPUs.
+pub fn visible_here() -> Option<Vec<String>> {
+    let (gpus, mig) = host_gpus();
+    let listed = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+    visible_without_cuda(listed.as_deref(), gpus, mig)
+}
+
 /// The NVIDIA GPUs of this host as the driver lists them (`/proc/driver/nvidia/gpus`, 0 where
 /// it is absent), and whether any has MIG instances.
-pub fn host_gpus() -> (usize, bool) {
+fn host_gpus() -> (usize, bool) {
     let count = |dir: &str| std::fs::read_dir(dir).map_or(0, |d| d.flatten().count());
     let gpus = count("/proc/driver/nvidia/gpus");
     let mig = std::fs::read_dir("/proc/driver/nvidia/capabilities").is_ok_and(|d| {

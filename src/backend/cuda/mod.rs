@@ -509,11 +509,7 @@ fn place(comm: &dyn Group, host: &str, map: &DeviceMap) -> Result<(usize, usize)
     let local = devmap::local_rank_from_env()
         .unwrap_or_else(|| devmap::local_rank_from_hosts(&hosts, rank));
     let known = match comm.size() == 1 && !cuda_started() {
-        true => {
-            let (gpus, mig) = devmap::host_gpus();
-            let listed = std::env::var("CUDA_VISIBLE_DEVICES").ok();
-            devmap::visible_without_cuda(listed.as_deref(), gpus, mig)
-        }
+        true => devmap::visible_here(),
         false => None,
     };
     let visible = match &known {

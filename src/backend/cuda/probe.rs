@@ -84,9 +84,7 @@ pub fn available(libs: &[Lib]) -> bool {
     if require(libs).is_err() {
         return false;
     }
-    let (gpus, mig) = super::devmap::host_gpus();
-    let listed = std::env::var("CUDA_VISIBLE_DEVICES").ok();
-    match super::devmap::visible_without_cuda(listed.as_deref(), gpus, mig) {
+    match super::devmap::visible_here() {
         Some(list) => !list.is_empty(),
         None => cudarc::driver::CudaContext::device_count().is_ok_and(|n| n > 0),
     }

@@ -94,12 +94,13 @@ fn plan(
         let mut from = Parts::packed(&vec![0; ranks]);
         let mut unpack = Vec::new();
         let (mut displ, mut rdispl) = (sent, 0);
+        let (lo, hi) = cols(me, k);
         // Peers in ring order from this rank (puts start as a permutation).
         for q in (1..ranks).map(|i| (me + i) % ranks) {
-            let (lo, hi) = cols(q, k);
-            let c = hi - lo;
+            let (qlo, qhi) = cols(q, k);
+            let c = qhi - qlo;
             if c > 0 && xw > 0 {
-                let first = ys[q].0 + lo;
+                let first = ys[q].0 + qlo;
                 let runs: Vec<Run> = (0..xw)
                     .map(|x| Run {
                         src: x * n1 + first,
@@ -113,7 +114,7 @@ fn plan(
                 puts.push(Put {
                     peer: q,
                     src: displ * elem,
-                    dst: (lo * n0 + x0) * elem,
+                    dst: (qlo * n0 + x0) * elem,
                     rows: Rows {
                         width: xw * elem,
                         height: c,
@@ -125,7 +126,6 @@ fn plan(
             (to.counts[q], to.displs[q]) = (c * xw, displ);
             displ += c * xw;
             // From q: its planes of this rank's columns of the batch, column after column.
-            let (lo, hi) = cols(me, k);
             let (qx0, qxw) = xs[q];
             (from.counts[q], from.displs[q]) = ((hi - lo) * qxw, rdispl);
             unpack.extend((lo..hi).map(|y| {
@@ -134,7 +134,6 @@ fn plan(
             rdispl += (hi - lo) * qxw;
         }
         received = received.max(rdispl);
-        let (lo, hi) = cols(me, k);
         let own: Vec<Run> = (0..xw)
             .map(|x| Run {
                 src: x * n1 + ys[me].0 + lo,

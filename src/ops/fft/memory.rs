@@ -10,7 +10,6 @@
 use super::{
     Fft, FftKind, Slabs, as_slabs, check::inverse, columns, holds_whole, middle, symmetric_room,
 };
-use crate::spec::tensor::Layout;
 use crate::dist::TensorState;
 use crate::ops::exchange::Side;
 use crate::ops::movement::{local_bytes, staged_bytes};
@@ -41,10 +40,11 @@ pub fn workspace(
     let transposed = slabs.on(&middle, false);
     let natural = slabs.on(out, false);
     // The second phase's result is the result itself when it is where the result goes.
-    let back = match natural == *out {
+    let back_from = |natural: &TensorState| match natural == out {
         true => 0,
-        false => piece(&natural) + staged(&natural, out) - piece(out),
+        false => piece(natural) + staged(natural, out) - piece(out),
     };
+    let back = back_from(&natural);
     // The CPU's local phases work on a copy of their input, beside their result (an r2c's
     // complex lines, a c2r's real ones).
     let phases = (piece(&work_in) + piece(&middle)).max(match step.kind {
@@ -54,17 +54,10 @@ pub fn workspace(
     // Landing transposed, column batch by column batch (see `columns.rs`): its buffers, and
     // the result in C order before it moves on where that is not the result.
     if slabs.transposed {
-        let natural = TensorState {
-            layout: Layout::C,
-            ..natural.clone()
-        };
+        let natural = slabs.natural(out);
         let columns = columns::workspace(&middle, &natural, ranks as usize, rank as usize);
         if columns > 0 {
-            let back = match natural == *out {
-                true => 0,
-                false => piece(&natural) + staged(&natural, out) - piece(out),
-            };
-            return to_work + piece(&middle) + columns + back + phases;
+            return to_work + piece(&middle) + columns + back_from(&natural) + phases;
         }
     }
     to_work + piece(&middle) + staged(&middle, &transposed) + back + phases

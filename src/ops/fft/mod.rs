@@ -138,6 +138,15 @@ impl Slabs {
             ..state.clone()
         }
     }
+
+    /// `state` on the complementary slab in C order: where the second phase leaves it, landed
+    /// transposed or not.
+    pub fn natural(&self, state: &TensorState) -> TensorState {
+        TensorState {
+            layout: Layout::C,
+            ..self.on(state, false)
+        }
+    }
 }
 
 /// Whether a 2-D FFT from x-slabs lands its y-slabs transposed (in F order: each column's
@@ -543,7 +552,7 @@ impl<B: Backend> PreparedFft<B> {
         };
         let [phase1, phase2] = phases(step, (input, out), &slabs, (ranks, rank));
         if slabs.transposed
-            && let Some(first) = Self::by_columns(b, (phase1.clone(), &phase2), &middle, &slabs.on(out, false), out)?
+            && let Some(first) = Self::by_columns(b, (phase1.clone(), &phase2), &middle, &slabs.natural(out), out)?
         {
             return Ok(PreparedFft {
                 precision: middle.dtype,
@@ -566,8 +575,8 @@ impl<B: Backend> PreparedFft<B> {
     }
 
     /// The first phase whole, then the exchange and the second phase column batch by column
-    /// batch ([`Columns`]) into `natural` (the complementary slab, landed in F order) in C
-    /// order, then to `out` where that differs; None where that does not apply.
+    /// batch ([`Columns`]) into `natural` (the complementary slab in C order, landed in F
+    /// order), then to `out` where that differs; None where that does not apply.
     fn by_columns(
         b: &B,
         (phase1, phase2): (Phase, &Phase),
@@ -576,17 +585,13 @@ impl<B: Backend> PreparedFft<B> {
         out: &TensorState,
     ) -> Result<Option<Stage<B>>> {
         let (ranks, rank) = (b.ranks() as u64, b.rank() as u64);
-        let natural = TensorState {
-            layout: Layout::C,
-            ..natural.clone()
-        };
-        let Some(columns) = Columns::new(b, middle, &natural, phase2)? else {
+        let Some(columns) = Columns::new(b, middle, natural, phase2)? else {
             return Ok(None);
         };
-        let then = match natural == *out {
+        let then = match *natural == *out {
             true => None,
             false => {
-                let m = Movement::new(&natural, out, ranks, rank);
+                let m = Movement::new(natural, out, ranks, rank);
                 Some(Box::new(Staged::new(b, m, local_bytes(out, ranks, rank))?))
             }
         };

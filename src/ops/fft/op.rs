@@ -13,7 +13,6 @@ use crate::plan::figures::Figures;
 use crate::plan::memory::Needs;
 use crate::plan::resolve::Resolver;
 use crate::spec::step::StepCommon;
-use crate::spec::tensor::Layout;
 use anyhow::Result;
 
 impl Op for Fft {
@@ -74,7 +73,7 @@ impl Op for Fft {
             held.join(", "),
             SLABS[s0],
             SLABS[s1],
-            if out.dist == slabs.on(out, false).dist && out.layout == Layout::C {
+            if *out == slabs.natural(out) {
                 ""
             } else {
                 ", then to the result's distribution"
