@@ -164,3 +164,54 @@ fn a_runs_measured_peak_stays_within_the_plans() {
         over.join("\n")
     );
 }
+
+/// With `pipeline = "auto"` a matmul's trial runs hold both of its prepared ways at once (in
+/// rounds and gathered whole, each with its own buffers): the plan counts both. At this size the
+/// plan sizes every exchange exactly, so the allocator's peak must come within small
+/// allocations of it: a ring gather at 2-4 ranks, and SUMMA where 4 ranks make a square grid.
+#[test]
+fn a_matmuls_trials_of_both_ways_stay_within_the_plan() {
+    let side = "[1024, 1024]";
+    let bc = "{ block_cyclic = { blocks = [64, 64] } }";
+    let cases = [
+        (
+            "ring",
+            "{ slab = 0 }",
+            "{ slab = 1 }",
+            "ag_gemm",
+            &[2, 3, 4][..],
+        ),
+        ("summa", bc, bc, "summa", &[4][..]),
+    ];
+    let mut over = Vec::new();
+    for (name, da, db, algorithm, ranks) in cases {
+        let spec = format!(
+            "[job]\nname = \"{name}\"\n{}{}[[steps]]\nop = \"matmul\"\na = \"a\"\nb = \"b\"\n\
+             out = \"y\"\nalgorithm = \"{algorithm}\"\npipeline = \"auto\"\n",
+            tensor("a", side, da, "f64", "C"),
+            tensor("b", side, db, "f64", "C"),
+        );
+        let spec = temp_spec(&format!("trials-{name}"), &spec);
+        for &p in ranks {
+            let run = temp_dir(&format!("trials-{name}-{p}")).join("run");
+            let m = run_ok(p, &spec, &run, &[]);
+            let planned = m["planned_peak_bytes_per_rank"].as_f64().unwrap();
+            for info in m["rank_info"].as_array().unwrap() {
+                let heap = info["memory"]["heap_peak_bytes"].as_f64().unwrap();
+                if heap > planned + 2.0 * 1048576.0 {
+                    over.push(format!(
+                        "{name} at {p} ranks, rank {}: allocated {:.1} MiB, planned {:.1} MiB",
+                        info["rank"],
+                        heap / 1048576.0,
+                        planned / 1048576.0
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        over.is_empty(),
+        "allocated above the plan:\n{}",
+        over.join("\n")
+    );
+}

@@ -16,7 +16,7 @@ use crate::backend::{Backend, Puts, Rows, puts_of};
 use crate::dist::Placement;
 use crate::dist::TensorState;
 use crate::ops::exchange::{Custom, Intervals};
-use crate::ops::movement::{Movement, Staged};
+use crate::ops::movement::{Movement, Staged, staged_bytes};
 use anyhow::Result;
 use std::collections::HashMap;
 
@@ -158,6 +158,13 @@ pub enum Gathered {
     B,
 }
 
+/// One round's movement: the operand whose pieces move, and for every rank the rank whose piece
+/// it receives.
+pub struct Senders {
+    pub of: Gathered,
+    pub from: Vec<usize>,
+}
+
 /// Elements an axis of a piece spans.
 fn extent(iv: &Option<Intervals>, axis: usize) -> usize {
     iv.as_ref().map_or(0, |iv| {
@@ -196,14 +203,26 @@ fn arrival<B: Backend>(
             .expect("every rank sends its piece to one rank");
         return Ok(Arrival::Put { buf, to });
     }
-    let custom = Custom {
-        shape: state.shape.clone(),
-        layout: state.layout,
-        pieces: sender.iter().map(|&s| pieces[s].clone()).collect(),
-    };
+    let custom = received(state, pieces, sender);
     let m = Movement::to(state, &custom, ranks as u64, rank as u64);
     let staged = Staged::new(b, m, bytes(&pieces[sender[rank]]))?;
     Ok(Arrival::Exchange(Box::new(staged)))
+}
+
+/// What every rank holds once a round has moved `state`'s `pieces`: the piece of its sender.
+fn received(state: &TensorState, pieces: &[Option<Intervals>], sender: &[usize]) -> Custom {
+    Custom {
+        shape: state.shape.clone(),
+        layout: state.layout,
+        pieces: sender.iter().map(|&s| pieces[s].clone()).collect(),
+    }
+}
+
+/// The bytes a round of `state`'s pieces arriving by an exchange holds on `rank`: its scratch
+/// and the piece landed (see [`staged_bytes`]).
+pub fn arrival_bytes(state: &TensorState, round: &Senders, ranks: usize, rank: usize) -> u64 {
+    let to = received(state, &pieces_of(state, ranks), &round.from);
+    staged_bytes(state, &to, ranks as u64, rank as u64)
 }
 
 /// Every rank's piece of a tensor (None where a rank holds none).
@@ -212,11 +231,48 @@ fn pieces_of(state: &TensorState, ranks: usize) -> Vec<Option<Intervals>> {
     (0..ranks).map(|q| placement.intervals(q as u64)).collect()
 }
 
-/// The ring rounds gathering operand `which` (in `state`, used transposed or not) beside the
-/// other operand's whole piece (`other`): in round s every rank receives the piece of rank
-/// `me - s`, and chunk s multiplies it (chunk 0 the rank's own). None when some rank's piece is
-/// not one block of the product's free axis with the whole of k (then the operand is gathered
-/// in one exchange).
+/// The storage axis of `which` (used transposed or not) along the product's free axis: op(b)'s
+/// columns, or op(a)'s rows.
+fn free_axis(which: Gathered, transpose: bool) -> usize {
+    match which {
+        Gathered::B => usize::from(!transpose),
+        Gathered::A => usize::from(transpose),
+    }
+}
+
+/// The rounds of a ring gathering operand `which` (in `state`, used transposed or not), each
+/// with the rank every rank receives from: in round s (1..P) the rank `me - s`. None when some
+/// rank's piece is not one block of the product's free axis with the whole of k (then the
+/// operand is gathered in one exchange).
+pub fn ring_rounds(
+    which: Gathered,
+    state: &TensorState,
+    transpose: bool,
+    ranks: usize,
+) -> Option<Vec<Senders>> {
+    let free = free_axis(which, transpose);
+    let k = 1 - free;
+    if ranks < 2 || state.shape.len() != 2 {
+        return None;
+    }
+    let whole_k = vec![(0, state.shape[k])];
+    // Every rank holds a piece (a root-held operand, say, is gathered in one exchange).
+    let one_block = pieces_of(state, ranks).iter().all(|iv| {
+        iv.as_ref()
+            .is_some_and(|iv| iv[k] == whole_k && iv[free].len() <= 1)
+    });
+    one_block.then(|| {
+        (1..ranks)
+            .map(|s| Senders {
+                of: which,
+                from: (0..ranks).map(|r| (r + ranks - s) % ranks).collect(),
+            })
+            .collect()
+    })
+}
+
+/// The ring rounds gathering operand `which` (see [`ring_rounds`]) beside the other operand's
+/// whole piece (`other`); chunk s multiplies the piece of round s (chunk 0 the rank's own).
 pub fn ring<B: Backend>(
     b: &B,
     which: Gathered,
@@ -225,26 +281,15 @@ pub fn ring<B: Backend>(
     other: View,
 ) -> Result<Option<Pipeline<B>>> {
     let (ranks, rank) = (b.ranks(), b.rank());
-    // The storage axis along the product's free axis: op(b)'s columns, or op(a)'s rows.
-    let free = match which {
-        Gathered::B => usize::from(!transpose),
-        Gathered::A => usize::from(transpose),
-    };
-    let k = 1 - free;
-    let pieces = pieces_of(state, ranks);
-    let whole_k = vec![(0, state.shape[k])];
-    // Every rank holds a piece (a root-held operand, say, is gathered in one exchange).
-    let one_block = pieces.iter().all(|iv| {
-        iv.as_ref()
-            .is_some_and(|iv| iv[k] == whole_k && iv[free].len() <= 1)
-    });
-    if ranks < 2 || state.shape.len() != 2 || !one_block {
+    let Some(senders) = ring_rounds(which, state, transpose, ranks) else {
         return Ok(None);
-    }
-    let (mut rounds, mut chunks) = (Vec::new(), Vec::new());
+    };
+    let free = free_axis(which, transpose);
+    let pieces = pieces_of(state, ranks);
+    let mut rounds = Vec::new();
+    let mut chunks = Vec::new();
     for s in 0..ranks {
-        let from = |r: usize| (r + ranks - s) % ranks;
-        let mine = &pieces[from(rank)];
+        let mine = &pieces[(rank + ranks - s) % ranks];
         let view = view_of(mine, state, transpose, conjugate);
         let start = mine
             .as_ref()
@@ -252,8 +297,7 @@ pub fn ring<B: Backend>(
             .map_or(0, |&(lo, _)| lo as usize);
         let moved = (s > 0).then_some(rounds.len());
         if s > 0 {
-            let sender: Vec<usize> = (0..ranks).map(from).collect();
-            let arrival = arrival(b, state, &pieces, &sender)?;
+            let arrival = arrival(b, state, &pieces, &senders[s - 1].from)?;
             rounds.push(Round { of: which, arrival });
         }
         let (a, vb, va, bm, at) = match which {
@@ -322,13 +366,46 @@ impl Grid {
     }
 }
 
-/// SUMMA for a and b (untransposed) on a square grid of P x P ranks that split k alike: along
-/// each grid row, the k-columns of every rank's piece of a are the k-rows of one rank's piece of
-/// b along the grid column. In rounds t = 1..P every rank sends its piece of b to the rank t
-/// further along its grid column, then its piece of a t further along its grid row; the
-/// product is P chunks, one slice of k each, accumulated: the slice held whole here first, the
-/// others in the order their pieces arrive. None for other grids (the panels are then gathered
-/// in one exchange).
+/// SUMMA's grid for a and b (untransposed) and its rounds: on a square grid of P x P ranks that
+/// split k alike (along each grid row, the k-columns of every rank's piece of a are the k-rows
+/// of one rank's piece of b along the grid column), in rounds t = 1..P every rank sends its
+/// piece of b to the rank t further along its grid column, then its piece of a t further
+/// along its grid row. None for other grids (the panels are then gathered in one exchange).
+fn summa_grid(sa: &TensorState, sb: &TensorState, ranks: usize) -> Option<(Grid, Vec<Senders>)> {
+    if ranks < 2 || sa.shape.len() != 2 || sb.shape.len() != 2 {
+        return None;
+    }
+    let ia: Vec<Intervals> = pieces_of(sa, ranks).into_iter().collect::<Option<_>>()?;
+    let ib: Vec<Intervals> = pieces_of(sb, ranks).into_iter().collect::<Option<_>>()?;
+    let grid = Grid::of(&ia, &ib)?;
+    let p = grid.row[0].len();
+    // Round 2(t-1) moves b, round 2(t-1)+1 moves a: rank q receives the piece of the rank t
+    // before it in its group.
+    let mut rounds = Vec::new();
+    for t in 1..p {
+        for (of, group) in [(Gathered::B, &grid.col), (Gathered::A, &grid.row)] {
+            let from = (0..ranks)
+                .map(|q| group[q][(position(&group[q], q) + p - t) % p])
+                .collect();
+            rounds.push(Senders { of, from });
+        }
+    }
+    Some((grid, rounds))
+}
+
+/// Where rank `q` stands in its grid row or column.
+fn position(group: &[usize], q: usize) -> usize {
+    group.iter().position(|&x| x == q).unwrap_or(0)
+}
+
+/// The rounds of SUMMA (see [`summa_grid`]), None where the operands make no square grid.
+pub fn summa_rounds(sa: &TensorState, sb: &TensorState, ranks: usize) -> Option<Vec<Senders>> {
+    summa_grid(sa, sb, ranks).map(|(_, rounds)| rounds)
+}
+
+/// SUMMA in rounds (see [`summa_grid`]): the product is P chunks, one slice of k each,
+/// accumulated: the slice held whole here first, the others in the order their pieces arrive.
+/// None for other grids.
 pub fn summa<B: Backend>(
     b: &B,
     sa: &TensorState,
@@ -336,37 +413,24 @@ pub fn summa<B: Backend>(
     conjugate: (bool, bool),
 ) -> Result<Option<Pipeline<B>>> {
     let (ranks, rank) = (b.ranks(), b.rank());
-    if ranks < 2 || sa.shape.len() != 2 || sb.shape.len() != 2 {
+    let Some((Grid { row, col, partner }, senders)) = summa_grid(sa, sb, ranks) else {
         return Ok(None);
-    }
+    };
     let (pa, pb) = (pieces_of(sa, ranks), pieces_of(sb, ranks));
-    let (Some(ia), Some(ib)) = (
-        pa.iter().cloned().collect::<Option<Vec<Intervals>>>(),
-        pb.iter().cloned().collect::<Option<Vec<Intervals>>>(),
-    ) else {
-        return Ok(None);
-    };
-    let Some(Grid { row, col, partner }) = Grid::of(&ia, &ib) else {
-        return Ok(None);
-    };
     let p = row[rank].len();
-    let pos = |group: &[usize], q: usize| group.iter().position(|&x| x == q).unwrap_or(0);
-    // Round 2(t-1) moves b, round 2(t-1)+1 moves a: rank q receives the piece of the rank t
-    // before it in its group.
-    let mut rounds = Vec::new();
-    for t in 1..p {
-        for (of, state, pieces, group) in
-            [(Gathered::B, sb, &pb, &col), (Gathered::A, sa, &pa, &row)]
-        {
-            let sender: Vec<usize> = (0..ranks)
-                .map(|q| group[q][(pos(&group[q], q) + p - t) % p])
-                .collect();
-            let arrival = arrival(b, state, pieces, &sender)?;
-            rounds.push(Round { of, arrival });
-        }
-    }
+    let rounds = senders
+        .iter()
+        .map(|s| {
+            let (state, pieces) = match s.of {
+                Gathered::B => (sb, &pb),
+                Gathered::A => (sa, &pa),
+            };
+            let arrival = arrival(b, state, pieces, &s.from)?;
+            Ok(Round { of: s.of, arrival })
+        })
+        .collect::<Result<Vec<_>>>()?;
     let round = |group: &[usize], x: usize, moves: usize| {
-        let t = (pos(group, rank) + p - pos(group, x)) % p;
+        let t = (position(group, rank) + p - position(group, x)) % p;
         2 * (t - 1) + moves
     };
     let (m, n) = (extent(&pa[rank], 0), extent(&pb[rank], 1));

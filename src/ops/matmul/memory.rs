@@ -1,10 +1,11 @@
 //! What a prepared matmul holds on a rank beyond its operands and result, as the plan counts it:
 //! the operands moved to where the algorithm multiplies them, the accumulator, the reduced
 //! product, the result where the algorithm leaves it, the addend and bias moved beside it, and
-//! for a check of a nonlinear epilog the kept pre-activation values. Counted as the CPU runs it
-//! (no fused epilog, no rounds of puts: the GPU's fused epilog only drops buffers, and its rounds
-//! land on the symmetric heap, which the plan counts apart); the GEMM library's own buffers
-//! apart ([`LIBRARY_BYTES`]).
+//! for a check of a nonlinear epilog the kept pre-activation values. A matmul in rounds holds
+//! each round's arrived piece instead of the gathered operand, and with `pipeline = "auto"` its
+//! trials hold both ways at once. Counted as the CPU runs it (no fused epilog, no rounds of
+//! puts: the GPU's fused epilog only drops buffers, and its rounds land on the symmetric heap,
+//! which the plan counts apart); the GEMM library's own buffers apart ([`LIBRARY_BYTES`]).
 
 use super::{
     Reduction, Target, bias_target, epilog, local, moves_result, natural_state, targets,
@@ -14,7 +15,8 @@ use crate::dist::{Placement, TensorState};
 use crate::ops::checks::dots_scratch;
 use crate::ops::exchange::{Holdings, Side};
 use crate::ops::movement::{local_bytes, staged_bytes};
-use super::{Matmul, MatmulAlgorithm, MatmulChoice};
+use super::chunks::{self, Gathered};
+use super::{Matmul, MatmulAlgorithm, MatmulChoice, MatmulPipeline, rounds_of};
 use crate::spec::tensor::{Distribution, Layout};
 
 /// The GEMM library's own buffers, which it keeps from its first GEMM to the end of the run:
@@ -52,6 +54,14 @@ pub fn workspace<'a>(
     };
     let bias_to = bias_target(&choice.natural);
     let moves = moves_result(&natural, out);
+    // The way in rounds where it can go so (see `operands`): with `pipeline = "auto"` its trial
+    // runs hold it beside the whole gather, each with its own buffers.
+    let rounds = match (step.pipeline, &targets) {
+        (MatmulPipeline::Whole, _) => None,
+        (_, None) => chunks::summa_rounds(sa, sb, ranks as usize),
+        (_, Some((ta, tb))) => rounds_of(step, choice.algorithm, (sa, sb), (ta, tb), ranks as usize),
+    };
+    let csize = local::compute_dtype(sa.dtype).size();
     move |rank| {
         let ((moved_a, [ra, ca]), (moved_b, [rb, cb])) = match &targets {
             Some((ta, tb)) => (moved(sa, ta, (ranks, rank)), moved(sb, tb, (ranks, rank))),
@@ -59,10 +69,34 @@ pub fn workspace<'a>(
         };
         let m_loc = if step.transpose_a { ca } else { ra };
         let n_loc = if step.transpose_b { rb } else { cb };
-        let csize = local::compute_dtype(sa.dtype).size();
         let natural_piece = local_bytes(&natural, ranks, rank) as u64;
         let natural_elems = natural_piece / out.dtype.size();
         let acc = if direct { 0 } else { m_loc * n_loc * csize };
+        let whole = moved_a + moved_b + acc;
+        // In rounds: the operand not gathered moves as in the whole way, the gathered one (both
+        // for SUMMA) stays and its pieces arrive round by round; the product accumulates in
+        // the result's piece.
+        let in_rounds = rounds.as_ref().map(|rounds| {
+            let state = |of| match of {
+                Gathered::A => sa,
+                Gathered::B => sb,
+            };
+            let arrivals: u64 = (rounds.iter())
+                .map(|r| chunks::arrival_bytes(state(r.of), r, ranks as usize, rank as usize))
+                .sum();
+            let stays = match (&targets, rounds.first().map(|r| r.of)) {
+                (None, _) | (_, None) => 0,
+                (Some(_), Some(Gathered::A)) => moved_b,
+                (Some(_), Some(Gathered::B)) => moved_a,
+            };
+            let acc = if direct { 0 } else { natural_elems * csize };
+            stays + arrivals + acc
+        });
+        let operands = match (step.pipeline, in_rounds) {
+            (MatmulPipeline::Auto, Some(r)) => whole + r,
+            (_, Some(r)) => r,
+            (_, None) => whole,
+        };
         let reduced = match reduction {
             Reduction::None => 0,
             _ => natural_elems * csize,
@@ -102,7 +136,14 @@ pub fn workspace<'a>(
         } else {
             0
         };
-        moved_a + moved_b + acc + reduced + c + bias + to_out + natural_buf + pre
+        let result_side = reduced + c + bias + to_out + pre;
+        // While trials run, each prepared way holds its own result-side buffers, and the
+        // loser's result piece too where the winner's is the result.
+        let trials = match (step.pipeline, &rounds) {
+            (MatmulPipeline::Auto, Some(_)) => result_side + natural_piece,
+            _ => 0,
+        };
+        operands + result_side + natural_buf + trials
     }
 }
 

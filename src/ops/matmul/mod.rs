@@ -404,28 +404,23 @@ fn operands<B: Backend>(
     let (sa, sb) = (&inputs[0], &inputs[1]);
     let (ta, tb) = (step.transpose_a, step.transpose_b);
     let (target_a, target_b, reduction) = targets(step, choice, (sa, sb), out, b.ranks() as u64);
-    let gathers = |t: &Target, s: &TensorState| {
-        matches!(t, Target::Dist(Distribution::Replicated)) && s.dist != Distribution::Replicated
-    };
     let (mut a, mut bop) = (None, None);
-    let chunks = match (choice.algorithm, gathers(&target_a, sa), gathers(&target_b, sb)) {
-        _ if !rounds => None,
-        (MatmulAlgorithm::Summa, ..) => {
-            chunks::summa(b, sa, sb, (step.conjugate_a, step.conjugate_b))?
-        }
-        (_, true, false) => {
+    let way = in_rounds(choice.algorithm, (sa, sb), (&target_a, &target_b));
+    let chunks = match way.filter(|_| rounds) {
+        None => None,
+        Some(InRounds::Summa) => chunks::summa(b, sa, sb, (step.conjugate_a, step.conjugate_b))?,
+        Some(InRounds::Ring(Gathered::A)) => {
             let other = Operand::new(b, sb, target_b.clone(), tb, step.conjugate_b)?;
             let view = other.view;
             bop = Some(other);
             chunks::ring(b, Gathered::A, sa, (ta, step.conjugate_a), view)?
         }
-        (_, false, true) => {
+        Some(InRounds::Ring(Gathered::B)) => {
             let other = Operand::new(b, sa, target_a.clone(), ta, step.conjugate_a)?;
             let view = other.view;
             a = Some(other);
             chunks::ring(b, Gathered::B, sb, (tb, step.conjugate_b), view)?
         }
-        _ => None,
     };
     // A gathered operand that arrives in pieces stays where it is.
     let target = |t: Target, s: &TensorState| match chunks {
@@ -446,6 +441,50 @@ fn operands<B: Backend>(
         reduction,
         chunks,
     })
+}
+
+/// How a matmul may move in rounds that overlap its GEMM.
+#[derive(Debug, Clone, Copy)]
+enum InRounds {
+    /// SUMMA's panels, piece by piece (where the operands make a square grid).
+    Summa,
+    /// A ring gathering this operand, the one gathered whole (where its pieces are blocks).
+    Ring(Gathered),
+}
+
+/// How an algorithm moving its operands to `targets` may move them in rounds (see
+/// [`InRounds`]); None where it gathers in one exchange. Whether the pieces allow the rounds is
+/// `chunks`' to say.
+fn in_rounds(
+    algorithm: MatmulAlgorithm,
+    (sa, sb): (&TensorState, &TensorState),
+    (ta, tb): (&Target, &Target),
+) -> Option<InRounds> {
+    let gathers = |t: &Target, s: &TensorState| {
+        matches!(t, Target::Dist(Distribution::Replicated)) && s.dist != Distribution::Replicated
+    };
+    match (algorithm, gathers(ta, sa), gathers(tb, sb)) {
+        (MatmulAlgorithm::Summa, ..) => Some(InRounds::Summa),
+        (_, true, false) => Some(InRounds::Ring(Gathered::A)),
+        (_, false, true) => Some(InRounds::Ring(Gathered::B)),
+        _ => None,
+    }
+}
+
+/// The rounds a matmul prepared in rounds moves its operands in (see [`operands`]), as `chunks`
+/// lists them; None where it gathers in one exchange.
+fn rounds_of(
+    step: &Matmul,
+    algorithm: MatmulAlgorithm,
+    (sa, sb): (&TensorState, &TensorState),
+    targets: (&Target, &Target),
+    ranks: usize,
+) -> Option<Vec<chunks::Senders>> {
+    match in_rounds(algorithm, (sa, sb), targets)? {
+        InRounds::Summa => chunks::summa_rounds(sa, sb, ranks),
+        InRounds::Ring(Gathered::A) => chunks::ring_rounds(Gathered::A, sa, step.transpose_a, ranks),
+        InRounds::Ring(Gathered::B) => chunks::ring_rounds(Gathered::B, sb, step.transpose_b, ranks),
+    }
 }
 
 /// The global row of every local row, and the global column of every local column, of the
@@ -566,7 +605,6 @@ fn gemm_block<B: Backend>(
     b.gemm(dtype, first, second, alpha, out)
 }
 
-/// Every rank's piece of a tensor in a state, as explicit holdings in `layout`.
 /// Where the algorithm multiplies a and b (the pieces each rank's GEMM takes) and how the
 /// partial products then combine.
 fn targets(
@@ -685,6 +723,7 @@ fn bias_target(natural: &Distribution) -> Distribution {
     }
 }
 
+/// Every rank's piece of a tensor in a state, as explicit holdings in `layout`.
 fn pieces_of(state: &TensorState, ranks: u64, layout: Layout) -> Custom {
     let p = Placement::new(&state.dist, &state.shape, ranks);
     Custom {
