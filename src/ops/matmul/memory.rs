@@ -14,9 +14,11 @@ use super::{
 use crate::dist::{Placement, TensorState};
 use crate::ops::checks::dots_scratch;
 use crate::ops::exchange::{Holdings, Side};
-use crate::ops::movement::{local_bytes, staged_bytes};
+use crate::ops::movement::{EXACT_RANKS, local_bytes, staged_bytes};
 use super::chunks::{self, Gathered};
-use super::{Matmul, MatmulAlgorithm, MatmulChoice, MatmulPipeline, rounds_of};
+use super::{
+    InRounds, Matmul, MatmulAlgorithm, MatmulChoice, MatmulPipeline, in_rounds, rounds_of,
+};
 use crate::spec::tensor::{Distribution, Layout};
 
 /// The GEMM library's own buffers, which it keeps from its first GEMM to the end of the run:
@@ -58,8 +60,20 @@ pub fn workspace<'a>(
     // runs hold it beside the whole gather, each with its own buffers.
     let rounds = match (step.pipeline, &targets) {
         (MatmulPipeline::Whole, _) => None,
-        (_, None) => chunks::summa_rounds(sa, sb, ranks as usize),
-        (_, Some((ta, tb))) => rounds_of(step, choice.algorithm, (sa, sb), (ta, tb), ranks as usize),
+        _ if ranks > EXACT_RANKS => estimated_rounds(choice.algorithm, (sa, sb), &targets, ranks),
+        (_, None) => chunks::summa_rounds(sa, sb, ranks as usize).map(Rounds::Listed),
+        (_, Some((ta, tb))) => {
+            rounds_of(step, choice.algorithm, (sa, sb), (ta, tb), ranks as usize).map(Rounds::Listed)
+        }
+    };
+    let largest = |s: &TensorState| (0..ranks).map(|r| local_bytes(s, ranks, r) as u64).max();
+    let (largest_a, largest_b) = match rounds {
+        Some(Rounds::Estimated(_)) => (largest(sa).unwrap_or(0), largest(sb).unwrap_or(0)),
+        _ => (0, 0),
+    };
+    let largest = move |of| match of {
+        Gathered::A => largest_a,
+        Gathered::B => largest_b,
     };
     let csize = local::compute_dtype(sa.dtype).size();
     move |rank| {
@@ -81,10 +95,19 @@ pub fn workspace<'a>(
                 Gathered::A => sa,
                 Gathered::B => sb,
             };
-            let arrivals: u64 = (rounds.iter())
-                .map(|r| chunks::arrival_bytes(state(r.of), r, ranks as usize, rank as usize))
-                .sum();
-            let stays = match (&targets, rounds.first().map(|r| r.of)) {
+            let arrivals: u64 = match rounds {
+                Rounds::Listed(list) => (list.iter())
+                    .map(|r| chunks::arrival_bytes(state(r.of), r, ranks as usize, rank as usize))
+                    .sum(),
+                // As the plan sizes a large exchange (`staged_bytes`): the piece sent, the
+                // piece received and landed, each at the operand's largest.
+                Rounds::Estimated(list) => (list.iter())
+                    .map(|&(of, n)| {
+                        n as u64 * (local_bytes(state(of), ranks, rank) as u64 + 2 * largest(of))
+                    })
+                    .sum(),
+            };
+            let stays = match (&targets, rounds.gathered()) {
                 (None, _) | (_, None) => 0,
                 (Some(_), Some(Gathered::A)) => moved_b,
                 (Some(_), Some(Gathered::B)) => moved_a,
@@ -145,6 +168,48 @@ pub fn workspace<'a>(
         };
         operands + result_side + natural_buf + trials
     }
+}
+
+/// The rounds a matmul in rounds moves its operands in, as the plan counts them.
+enum Rounds {
+    /// Each round with every rank's sender (see `chunks`), where the plan sizes exchanges
+    /// exactly (up to [`EXACT_RANKS`] ranks).
+    Listed(Vec<chunks::Senders>),
+    /// Above: the number of rounds of each operand, each its largest piece.
+    Estimated(Vec<(Gathered, usize)>),
+}
+
+impl Rounds {
+    /// The operand the first round moves.
+    fn gathered(&self) -> Option<Gathered> {
+        match self {
+            Rounds::Listed(list) => list.first().map(|r| r.of),
+            Rounds::Estimated(list) => list.first().map(|r| r.0),
+        }
+    }
+}
+
+/// The rounds of a matmul over more ranks than the plan lists exchanges for, without listing
+/// every rank's pieces: a ring's P - 1 rounds of the operand gathered whole (assuming its
+/// pieces allow them), or SUMMA's P' - 1 rounds of each operand on a square grid of P' x P'.
+fn estimated_rounds(
+    algorithm: MatmulAlgorithm,
+    (sa, sb): (&TensorState, &TensorState),
+    targets: &Option<(Target, Target)>,
+    ranks: u64,
+) -> Option<Rounds> {
+    let side = ranks.isqrt() as usize;
+    let rounds = match (algorithm, targets) {
+        (MatmulAlgorithm::Summa, _) if side * side == ranks as usize && side >= 2 => {
+            vec![(Gathered::B, side - 1), (Gathered::A, side - 1)]
+        }
+        (MatmulAlgorithm::Summa, _) | (_, None) => return None,
+        (_, Some((ta, tb))) => match in_rounds(algorithm, (sa, sb), (ta, tb))? {
+            InRounds::Ring(of) => vec![(of, ranks as usize - 1)],
+            InRounds::Summa => return None,
+        },
+    };
+    Some(Rounds::Estimated(rounds))
 }
 
 /// A SUMMA operand's panel on `rank` (its piece's rows of a, `keep` 0, or columns of b, `keep`
