@@ -265,9 +265,29 @@ fn intersect(a: &Piece, b: &Piece) -> Vec<Vec<Common>> {
                     j += 1;
                 }
             }
-            out
+            coalesce(out)
         })
         .collect()
+}
+
+/// Common intervals with each one that continues the one before it on both sides (globally
+/// and in both pieces' local indices) joined to it: a rank's adjacent blocks of a block-cyclic
+/// piece make one box, not a box each.
+fn coalesce(commons: Vec<Common>) -> Vec<Common> {
+    let mut out: Vec<Common> = Vec::with_capacity(commons.len());
+    for c in commons {
+        match out.last_mut() {
+            Some(p)
+                if p.hi == c.lo
+                    && p.at_a + (p.hi - p.lo) == c.at_a
+                    && p.at_b + (p.hi - p.lo) == c.at_b =>
+            {
+                p.hi = c.hi
+            }
+            _ => out.push(c),
+        }
+    }
+    out
 }
 
 /// The axes from fastest to slowest in a layout.
@@ -294,9 +314,10 @@ fn runs(
     }
     // Iterate over the intervals of every axis, then over the elements of every slow axis.
     let mut pick = vec![0usize; nd];
+    let first = out.len();
     loop {
         let bounds: Vec<Common> = (0..nd).map(|ax| common[ax][pick[ax]]).collect();
-        box_runs(&bounds, a, b, traverse, next, out);
+        box_runs(&bounds, (a, b), traverse, next, (out, first));
         // Odometer over the interval choices, fastest axis first.
         if !advance(&mut pick, traverse, |ax| common[ax].len()) {
             return;
@@ -305,14 +326,14 @@ fn runs(
 }
 
 /// The runs of one box of common intervals (`bounds`, one per axis): one along the fast axis
-/// (`traverse[0]`) for every element of the slow ones.
+/// (`traverse[0]`) for every element of the slow ones, each joined to the run before it where
+/// it continues it (see [`push_run`]; only runs of `out` from `first` on).
 fn box_runs(
     bounds: &[Common],
-    a: Option<&Piece>,
-    b: Option<&Piece>,
+    (a, b): (Option<&Piece>, Option<&Piece>),
     traverse: &[usize],
     next: &mut usize,
-    out: &mut Vec<Run>,
+    (out, first): (&mut Vec<Run>, usize),
 ) {
     // Within the box, an axis of one element orders nothing: runs go along the first longer one
     // (a piece `[1, n, n]` of a stack in F order would otherwise copy one element a run).
@@ -325,19 +346,48 @@ fn box_runs(
     loop {
         let src = place(a, bounds, |c| c.at_a, &idx, fast, *next);
         let dst = place(b, bounds, |c| c.at_b, &idx, fast, *next);
-        out.push(Run {
+        let run = Run {
             src: src.at,
             dst: dst.at,
             count: len,
             src_stride: src.stride,
             dst_stride: dst.stride,
-        });
+        };
+        push_run(out, first, run);
         *next += len;
         // Odometer over the slow axes within this box.
         if !advance(&mut idx, &order[1..], extent) {
             break;
         }
     }
+}
+
+/// Appends `run` to `out`, or joins it to the last run (when at `first` or after) where it
+/// continues that run: the next elements at the same strides, or, for two single elements,
+/// a run of two at the steps between them (so that single elements a fixed step apart on
+/// each side, as the blocks of one element of a block-cyclic piece are, make one run).
+fn push_run(out: &mut Vec<Run>, first: usize, run: Run) {
+    if out.len() > first
+        && let Some(last) = out.last_mut()
+        && run.count > 0
+    {
+        if last.count == 1 && run.count == 1 && run.src > last.src && run.dst > last.dst {
+            (last.src_stride, last.dst_stride) = (run.src - last.src, run.dst - last.dst);
+            last.count = 2;
+            return;
+        }
+        let continues = run.src == last.src + last.count * last.src_stride
+            && run.dst == last.dst + last.count * last.dst_stride;
+        let same = |a: usize, b: usize| a == b || run.count == 1;
+        if continues
+            && same(run.src_stride, last.src_stride)
+            && same(run.dst_stride, last.dst_stride)
+        {
+            last.count += run.count;
+            return;
+        }
+    }
+    out.push(run);
 }
 
 /// Where one end of a run lies, and its step between elements.

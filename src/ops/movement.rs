@@ -224,6 +224,13 @@ impl Movement {
         [send * self.elem, recv * self.elem]
     }
 
+    /// Bytes of this movement's lists of runs (packing, unpacking, the own part): a plan keeps
+    /// them for every run, and a GPU a copy of each.
+    pub fn runs_bytes(&self) -> usize {
+        let ex = &self.ex;
+        (ex.pack.len() + ex.unpack.len() + ex.local.len()) * std::mem::size_of::<Run>()
+    }
+
     /// Scratch send and receive buffers sized for this movement.
     pub fn buffers<B: Backend>(&self, b: &B) -> Result<(B::Buf, B::Buf)> {
         let [send, recv] = self.scratch_bytes();
@@ -240,8 +247,9 @@ pub const EXACT_RANKS: u64 = 64;
 /// Elements up to which the plan sizes an exchange's scratch exactly (see [`EXACT_RANKS`]).
 pub const EXACT_ELEMENTS: u64 = 1 << 20;
 
-/// Bytes a [`Staged`] movement from `from` to `to` holds on `rank`: its scratch buffers and the
-/// piece it lands (see [`EXACT_RANKS`] and [`EXACT_ELEMENTS`]).
+/// Bytes a [`Staged`] movement from `from` to `to` holds on `rank`: its scratch buffers, its
+/// lists of runs (where sized exactly) and the piece it lands (see [`EXACT_RANKS`] and
+/// [`EXACT_ELEMENTS`]).
 pub fn staged_bytes(from: &TensorState, to: &dyn exchange::Holdings, ranks: u64, rank: u64) -> u64 {
     let elem = from.dtype.size();
     let landed = to.extents(rank, ranks).iter().product::<u64>() * elem;
@@ -251,8 +259,9 @@ pub fn staged_bytes(from: &TensorState, to: &dyn exchange::Holdings, ranks: u64,
     let scratch = if ranks == 1 {
         0
     } else if exact {
-        let [send, recv] = Movement::to(from, to, ranks, rank).scratch_bytes();
-        (send + recv) as u64
+        let m = Movement::to(from, to, ranks, rank);
+        let [send, recv] = m.scratch_bytes();
+        (send + recv + m.runs_bytes()) as u64
     } else {
         local_bytes(from, ranks, rank) as u64 + landed
     };
