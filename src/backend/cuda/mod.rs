@@ -92,6 +92,28 @@ struct Grid {
         stride_s, stride_d;
 };
 
+// Element v of a word of V elements, and the word with element v or'd in: shifts, and for two
+// 8-byte elements in a 16-byte word (uint4) its halves.
+template <typename E, typename W>
+__device__ __forceinline__ E word_part(const W& w, int v) {
+    return (E)(w >> (8 * sizeof(E) * v));
+}
+template <>
+__device__ __forceinline__ unsigned long long word_part<unsigned long long, uint4>(const uint4& w,
+                                                                                  int v) {
+    return v ? (unsigned long long)w.w << 32 | w.z : (unsigned long long)w.y << 32 | w.x;
+}
+template <typename E, typename W>
+__device__ __forceinline__ void word_set(W& w, E e, int v) {
+    w |= (W)e << (8 * sizeof(E) * v);
+}
+template <>
+__device__ __forceinline__ void word_set<unsigned long long, uint4>(uint4& w, unsigned long long e,
+                                                                   int v) {
+    if (v) { w.z = (unsigned int)e; w.w = (unsigned int)(e >> 32); }
+    else { w.x = (unsigned int)e; w.y = (unsigned int)(e >> 32); }
+}
+
 template <typename E, typename W, int V>
 __device__ __forceinline__ void grid_tiles(const E* __restrict__ s, E* __restrict__ d,
                                            const Grid& g, int load_q, int store_q, E* tile) {
@@ -129,7 +151,7 @@ __device__ __forceinline__ void grid_tiles(const E* __restrict__ s, E* __restric
                 const unsigned int next = load_q ? P : 1;
                 if (left >= V) {
 #pragma unroll
-                    for (int v = 0; v < V; v++) tile[at + v * next] = (E)(w[n] >> (8 * sizeof(E) * v));
+                    for (int v = 0; v < V; v++) tile[at + v * next] = word_part<E, W>(w[n], v);
                 } else {
                     const E* from = sp + tq_ * g.step_s + ti_ * g.stride_s;
                     for (unsigned int v = 0; v < left; v++) tile[at + v * next] = from[v];
@@ -150,9 +172,9 @@ __device__ __forceinline__ void grid_tiles(const E* __restrict__ s, E* __restric
                 const u64 left = store_q ? lim_q - tq_ : lim_i - ti_;
                 const unsigned int next = store_q ? P : 1;
                 if (left >= V) {
-                    W word = 0;
+                    W word{};
 #pragma unroll
-                    for (int v = 0; v < V; v++) word |= (W)tile[at + v * next] << (8 * sizeof(E) * v);
+                    for (int v = 0; v < V; v++) word_set<E, W>(word, tile[at + v * next], v);
                     *(W*)to = word;
                 } else {
                     for (unsigned int v = 0; v < left; v++) to[v] = tile[at + v * next];
@@ -168,10 +190,14 @@ __device__ __forceinline__ void grid_tiles(const E* __restrict__ s, E* __restric
 // MINB (empty, or COMMA and the blocks an SM must hold) caps the registers: the 2- and 4-byte
 // kernels left to themselves take too many to run three blocks an SM, and move 77-86% of the
 // copy bandwidth instead of 95-98% (bench/RESULTS.md, 2026-11-26).
+// 8-byte elements have two kernels: copy_grid_8 one at a time in 8 KiB tiles, copy_grid_8w two
+// to a 16-byte word in 33 KiB tiles. One kernel with both paths reserved the large tile for
+// either, and its narrow path, beside the 2-D FFT's exchange, slowed the FFT by 12%
+// (bench/RESULTS.md, 2026-11-27).
 #define COMMA ,
-#define COPY_GRID(BYTES, E, W, V, MINB)                                                          \
+#define COPY_GRID(NAME, E, W, V, MINB)                                                           \
     extern "C" __global__ void __launch_bounds__(256 MINB)                                       \
-        copy_grid_##BYTES(const E* src, E* dst, Grid g, int load_q, int store_q, int wide) {    \
+        copy_grid_##NAME(const E* src, E* dst, Grid g, int load_q, int store_q, int wide) {     \
         __shared__ E tile[32 * V * (32 * V + 1)];                                                \
         if (V > 1 && wide) grid_tiles<E, W, V>(src, dst, g, load_q, store_q, tile);              \
         else grid_tiles<E, E, 1>(src, dst, g, load_q, store_q, tile);                            \
@@ -180,6 +206,7 @@ COPY_GRID(1, unsigned char, unsigned int, 4, )
 COPY_GRID(2, unsigned short, unsigned long long, 4, COMMA 3)
 COPY_GRID(4, unsigned int, unsigned long long, 2, COMMA 3)
 COPY_GRID(8, unsigned long long, unsigned long long, 1, )
+COPY_GRID(8w, unsigned long long, uint4, 2, )
 COPY_GRID(16, uint4, uint4, 1, )
 
 // The product over `ranks` gathered arrays of n complex values (float2 or double2), elements
@@ -206,11 +233,11 @@ extern "C" __global__ void complex_product(const void* all, void* out, int f64,
 "#;
 
 /// The elements a tile kernel moves as one word on each side where `wide_words` allows: four of
-/// 1 byte in 32 bits, four of 2 or two of 4 in 64; none for wider elements.
+/// 1 byte in 32 bits, four of 2 or two of 4 in 64, two of 8 in 128; none of 16 bytes.
 fn word_elements(elem: usize) -> Option<usize> {
     match elem {
         1 | 2 => Some(4),
-        4 => Some(2),
+        4 | 8 => Some(2),
         _ => None,
     }
 }
@@ -335,6 +362,8 @@ struct Kernels {
     copy: CudaFunction,
     /// copy_grid_<bytes> for elements of 1, 2, 4, 8 and 16 bytes, in that order.
     copy_grid: [CudaFunction; 5],
+    /// copy_grid_8w: 8-byte elements two to a word.
+    copy_grid_8w: CudaFunction,
     finish: CudaFunction,
     conj_copy: CudaFunction,
     scale_f32: CudaFunction,
@@ -363,6 +392,7 @@ impl Kernels {
                 let grid = |bytes: usize| module.load_function(&format!("copy_grid_{bytes}"));
                 [grid(1)?, grid(2)?, grid(4)?, grid(8)?, grid(16)?]
             },
+            copy_grid_8w: module.load_function("copy_grid_8w")?,
             finish: module.load_function("finish")?,
             conj_copy: module.load_function("conj_copy")?,
             scale_f32: module.load_function("scale_f32")?,
@@ -693,7 +723,10 @@ impl<'a> Cuda<'a> {
             block_dim: (32, 8, 1),
             shared_mem_bytes: 0,
         };
-        let kernel = &self.kernels.copy_grid[elem.trailing_zeros() as usize];
+        let kernel = match (elem, wide) {
+            (8, true) => &self.kernels.copy_grid_8w,
+            _ => &self.kernels.copy_grid[elem.trailing_zeros() as usize],
+        };
         let wide = i32::from(wide);
         let mut launch = stream.launch_builder(kernel);
         launch
@@ -1498,7 +1531,10 @@ mod tests {
         assert!(wide_words(&transpose(16, 16, 0), 1, (256, 516)));
         assert!(!wide_words(&transpose(16, 16, 0), 2, (256, 516)));
         assert!(!wide_words(&transpose(16, 16, 0), 4, (256, 516)));
-        assert!(!wide_words(&transpose(16, 16, 0), 8, aligned));
+        // Two 8-byte elements make a 16-byte word; 16-byte elements are words themselves.
+        assert!(wide_words(&transpose(16, 16, 0), 8, aligned));
+        assert!(!wide_words(&transpose(16, 16, 0), 8, (256, 520)));
+        assert!(!wide_words(&transpose(16, 16, 0), 16, aligned));
     }
 
     /// Every NVRTC module of the backend compiles (for an H100's architecture). NVRTC needs no
