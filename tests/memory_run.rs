@@ -165,35 +165,52 @@ fn a_runs_measured_peak_stays_within_the_plans() {
     );
 }
 
-/// With `pipeline = "auto"` a matmul's trial runs hold both of its prepared ways at once (in
-/// rounds and gathered whole, each with its own buffers): the plan counts both. At this size the
-/// plan sizes every exchange exactly, so the allocator's peak must come within small
-/// allocations of it: a ring gather at 2-4 ranks, and SUMMA where 4 ranks make a square grid.
+/// Where the plan sizes every exchange exactly (up to 2^20 elements), the allocator's peak must
+/// come within small allocations of it:
+/// - with `pipeline = "auto"` a matmul's trial runs hold both of its prepared ways at once (in
+///   rounds and gathered whole, each with its own buffers): a ring gather at 2-4 ranks, and
+///   SUMMA where 4 ranks make a square grid;
+/// - a redistribution to block-cyclic pieces of small blocks holds its lists of runs, as large
+///   as the data where each run is a few elements (and 5x larger at one run an element).
 #[test]
-fn a_matmuls_trials_of_both_ways_stay_within_the_plan() {
+fn exact_plans_hold_within_small_allocations() {
     let side = "[1024, 1024]";
-    let bc = "{ block_cyclic = { blocks = [64, 64] } }";
+    let bc = |blocks: &str| format!("{{ block_cyclic = {{ blocks = {blocks} }} }}");
+    let matmul = |da: &str, db: &str, algorithm: &str| {
+        tensor("a", side, da, "f64", "C")
+            + &tensor("b", side, db, "f64", "C")
+            + &format!(
+                "[[steps]]\nop = \"matmul\"\na = \"a\"\nb = \"b\"\nout = \"y\"\n\
+                 algorithm = \"{algorithm}\"\npipeline = \"auto\"\n"
+            )
+    };
+    let redistribute = |blocks: &str| {
+        tensor("x", side, "{ slab = 0 }", "f64", "C")
+            + &format!(
+                "[[steps]]\nop = \"redistribute\"\ninput = \"x\"\nout = \"y\"\n\
+                 distribution = {}\n",
+                bc(blocks)
+            )
+    };
+    let bc64 = bc("[64, 64]");
     let cases = [
         (
             "ring",
-            "{ slab = 0 }",
-            "{ slab = 1 }",
-            "ag_gemm",
+            matmul("{ slab = 0 }", "{ slab = 1 }", "ag_gemm"),
             &[2, 3, 4][..],
         ),
-        ("summa", bc, bc, "summa", &[4][..]),
+        ("summa", matmul(&bc64, &bc64, "summa"), &[4][..]),
+        ("bc_1x1", redistribute("[1, 1]"), &[1, 3, 4][..]),
+        ("bc_3x5", redistribute("[3, 5]"), &[1, 3, 4][..]),
     ];
     let mut over = Vec::new();
-    for (name, da, db, algorithm, ranks) in cases {
-        let spec = format!(
-            "[job]\nname = \"{name}\"\n{}{}[[steps]]\nop = \"matmul\"\na = \"a\"\nb = \"b\"\n\
-             out = \"y\"\nalgorithm = \"{algorithm}\"\npipeline = \"auto\"\n",
-            tensor("a", side, da, "f64", "C"),
-            tensor("b", side, db, "f64", "C"),
+    for (name, body, ranks) in cases {
+        let spec = temp_spec(
+            &format!("exact-{name}"),
+            &format!("[job]\nname = \"{name}\"\n{body}"),
         );
-        let spec = temp_spec(&format!("trials-{name}"), &spec);
         for &p in ranks {
-            let run = temp_dir(&format!("trials-{name}-{p}")).join("run");
+            let run = temp_dir(&format!("exact-{name}-{p}")).join("run");
             let m = run_ok(p, &spec, &run, &[]);
             let planned = m["planned_peak_bytes_per_rank"].as_f64().unwrap();
             for info in m["rank_info"].as_array().unwrap() {

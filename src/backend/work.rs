@@ -60,9 +60,12 @@ impl Runs {
     /// The grids, hash and longest run of the list, worked out once.
     pub fn derived(&self) -> Derived {
         *self.derived.get_or_init(|| {
+            // Streamed, the hash of the table's bytes without the table.
             let mut h = xxhash_rust::xxh3::Xxh3::new();
-            for x in self.table() {
-                h.update(&x.to_ne_bytes());
+            for r in &self.list {
+                for x in [r.src, r.dst, r.count, r.src_stride, r.dst_stride] {
+                    h.update(&(x as u64).to_ne_bytes());
+                }
             }
             Derived {
                 grid: RunGrid::of(&self.list),
@@ -83,7 +86,9 @@ impl Runs {
 }
 
 impl From<Vec<Run>> for Runs {
-    fn from(list: Vec<Run>) -> Self {
+    /// The list as kept: no room beyond its runs (a plan keeps it for the whole run).
+    fn from(mut list: Vec<Run>) -> Self {
+        list.shrink_to_fit();
         Runs {
             list,
             ..Runs::default()

@@ -235,3 +235,48 @@ fn blocks_lay_out_each_ranks_piece_in_its_layout() {
         assert_eq!(send, want, "{shape:?} slab {axis} {layout:?}");
     }
 }
+
+/// A block-cyclic piece of one-element blocks is many boxes of one element; the runs still
+/// come out whole: contiguous where the blocks are adjacent, strided where they are a fixed step
+/// apart (one run per box was a 40-byte run per element).
+#[test]
+fn single_element_blocks_move_in_whole_runs() {
+    let shape = [6u64, 8];
+    let rows = Distribution::Slab(Axis::Index(0));
+    let cyclic = |grid: Vec<u32>| {
+        Distribution::BlockCyclic(BlockCyclicSpec {
+            grid: Some(grid),
+            blocks: vec![1, 1],
+            grid_layout: GridLayout::ColMajor,
+            first: None,
+        })
+    };
+    let side = |dist| Side {
+        dist,
+        shape: &shape,
+        layout: Layout::C,
+    };
+    // One rank holds every block, adjacent: the whole array is one run.
+    let one = cyclic(vec![1, 1]);
+    let ex = plan(side(&rows), &side(&one), 1, 0);
+    assert_eq!(&ex.local[..], [Run::contiguous(0, 0, 48)]);
+    // Columns dealt over two ranks: rank 0's rows 0-2 keep the even columns and pack the odd
+    // ones for rank 1, each of the four a box of three rows: a run down each column (its
+    // rows, adjacent, make one box), not one per element.
+    let two = cyclic(vec![1, 2]);
+    let ex = plan(side(&rows), &side(&two), 2, 0);
+    let down = |src, dst| Run {
+        src,
+        dst,
+        count: 3,
+        src_stride: 8,
+        dst_stride: 4,
+    };
+    assert_eq!(&ex.local[..], [0, 1, 2, 3].map(|c| down(2 * c, c)));
+    assert_eq!(
+        &ex.pack[..],
+        [0, 1, 2, 3]
+            .map(|c| down(2 * c + 1, 3 * c))
+            .map(|r| Run { dst_stride: 1, ..r })
+    );
+}
