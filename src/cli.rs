@@ -429,13 +429,22 @@ fn run_spec(path: &std::path::Path, device: Option<&str>, opts: &crate::exec::Op
         }
         return ExitCode::FAILURE;
     }
-    match crate::exec::run(&plans, &ctx, opts) {
+    let status = match crate::exec::run(&plans, &ctx, opts) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(EXIT_CHECK),
         // Every rank agreed to stop, and the first said why.
         Err(e) if e.is::<crate::runtime::Reported>() => ExitCode::FAILURE,
         Err(e) => ctx.fail(&e),
-    }
+    };
+    // With -v, the process group's closing too (MPI_Finalize under a launcher), and the
+    // process's whole time to its exit: what a run's wall time holds beyond them is the
+    // launcher's and the process's loading and exit.
+    let progress = crate::exec::Progress::new(ctx.rank() == 0 && !opts.quiet, opts.verbose, 0);
+    let closing = std::time::Instant::now();
+    drop(ctx);
+    progress.setup("process group closed", closing.elapsed().as_secs_f64());
+    progress.since_start("exiting");
+    status
 }
 
 #[cfg(test)]

@@ -368,13 +368,15 @@ fn verbose_runs_time_each_setup_phase_and_iteration() {
         "distrun:   run 1: ",
         "distrun: downloaded y, 768 bytes (",
         "distrun: outputs written (",
+        "distrun: process group closed (",
+        "distrun: exiting (",
     ] {
         assert!(verbose.contains(line), "no {line:?} in:\n{verbose}");
     }
     // Without -v: one line per step, none of these.
     let plain = run("--device=cpu", "plain");
     assert!(
-        !plain.contains("init x") && !plain.contains("run 0:"),
+        !plain.contains("init x") && !plain.contains("run 0:") && !plain.contains("exiting"),
         "{plain}"
     );
 }

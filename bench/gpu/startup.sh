@@ -2,8 +2,10 @@
 # Where a one-rank GPU run's start-up goes: a tiny spec (one all_gather of 4 KiB) run ROUNDS
 # times with -v, printing the time to the spec planned and the process group up, each part of
 # bringing the GPU backend up (libraries, choosing the GPU, the CUDA context, compiling the
-# kernels, the NCCL communicator, NVSHMEM where named), its shutting down, and the run's wall
-# time (the rest is the launcher's and the process's exit). With RANKS > 1, that many ranks under mpiexec (each prints its parts).
+# kernels, the NCCL communicator, NVSHMEM where named), its shutting down, the process group's
+# closing, the time from the process's start to its exit, and the run's wall time (the rest is
+# the launcher's, the process's loading and its exit). With RANKS > 1, that many ranks under
+# mpiexec (rank 0 prints its parts).
 #
 #   bench/gpu/startup.sh [DISTRUN_BINARY] [ROUNDS] [RANKS]
 set -uo pipefail

@@ -8,7 +8,7 @@ mod running;
 mod terminal;
 mod write;
 
-pub use progress::mark_start;
+pub use progress::{Progress, mark_start};
 pub use running::StepRun;
 
 use crate::backend::cpu::Cpu;
@@ -22,7 +22,6 @@ use crate::runtime::{self, Context, Start};
 use crate::spec::Loaded;
 use crate::spec::model::{CommBackend, Device};
 use anyhow::{Result, bail};
-use progress::Progress;
 use std::collections::HashMap;
 use std::path::PathBuf;
 
