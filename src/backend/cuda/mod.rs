@@ -114,6 +114,43 @@ __device__ __forceinline__ void word_set<unsigned long long, uint4>(uint4& w, un
     else { w.x = (unsigned int)e; w.y = (unsigned int)(e >> 32); }
 }
 
+// A whole 128 x 128 tile of bytes moved across: the source contiguous along one axis (a), the
+// destination along the other (b), both in aligned words of 4. Each thread loads 16 words along
+// a and stores them whole in shared memory (a row per b, 32 words, swizzled so that no two
+// threads of a warp meet in a bank on either side); then each reads the words of 4 consecutive
+// rows at one column, transposes those 4 x 4 bytes in registers and writes 4 words along b.
+// Two shared-memory accesses a word, where a byte at a time takes eight.
+__device__ __forceinline__ void byte_tile(const unsigned char* sp, unsigned char* dp,
+                                          const Grid& g, int load_q, unsigned int* t) {
+    typedef unsigned long long u64;
+    // The source's step along b, the destination's along a (each contiguous along the other).
+    const u64 sb = load_q ? g.stride_s : g.step_s, da = load_q ? g.step_d : g.stride_d;
+    const unsigned int x = threadIdx.x, y = threadIdx.y;
+    unsigned int w[16];
+#pragma unroll
+    for (unsigned int n = 0; n < 16; n++)
+        w[n] = *(const unsigned int*)(sp + (y + 8 * n) * sb + 4 * x);
+#pragma unroll
+    for (unsigned int n = 0; n < 16; n++) {
+        const unsigned int b = y + 8 * n;
+        t[b * 32 + (x ^ (b >> 2))] = w[n];
+    }
+    __syncthreads();
+#pragma unroll
+    for (unsigned int m = 0; m < 4; m++) {
+        const unsigned int aw = y + 8 * m, at = 4 * x * 32 + (aw ^ x);
+        const unsigned int r0 = t[at], r1 = t[at + 32], r2 = t[at + 64], r3 = t[at + 96];
+        const unsigned int t0 = __byte_perm(r0, r1, 0x5140), t1 = __byte_perm(r0, r1, 0x7362);
+        const unsigned int t2 = __byte_perm(r2, r3, 0x5140), t3 = __byte_perm(r2, r3, 0x7362);
+        unsigned char* to = dp + 4 * aw * da + 4 * x;
+        *(unsigned int*)to = __byte_perm(t0, t2, 0x5410);
+        *(unsigned int*)(to + da) = __byte_perm(t0, t2, 0x7632);
+        *(unsigned int*)(to + 2 * da) = __byte_perm(t1, t3, 0x5410);
+        *(unsigned int*)(to + 3 * da) = __byte_perm(t1, t3, 0x7632);
+    }
+    __syncthreads();
+}
+
 template <typename E, typename W, int V>
 __device__ __forceinline__ void grid_tiles(const E* __restrict__ s, E* __restrict__ d,
                                            const Grid& g, int load_q, int store_q, E* tile) {
@@ -130,6 +167,12 @@ __device__ __forceinline__ void grid_tiles(const E* __restrict__ s, E* __restric
         const E* sp = s + p * g.outer_s + q0 * g.step_s + i0 * g.stride_s;
         E* dp = d + p * g.outer_d + q0 * g.step_d + i0 * g.stride_d;
         const u64 lim_q = g.rows - q0, lim_i = g.count - i0;
+        if constexpr (sizeof(E) == 1 && V == 4) {
+            if (load_q != store_q && lim_q >= T && lim_i >= T) {
+                byte_tile(sp, dp, g, load_q, (unsigned int*)tile);
+                continue;
+            }
+        }
         W w[N];
 #pragma unroll
         for (unsigned int n = 0; n < N; n++) {
@@ -187,24 +230,27 @@ __device__ __forceinline__ void grid_tiles(const E* __restrict__ s, E* __restric
 
 // One kernel per element size (each keeps its own registers): copy_grid_<bytes>, taking words
 // of W (V elements) where `wide`, else one element at a time.
-// MINB (empty, or COMMA and the blocks an SM must hold) caps the registers: the 2- and 4-byte
-// kernels left to themselves take too many to run three blocks an SM, and move 77-86% of the
-// copy bandwidth instead of 95-98% (bench/RESULTS.md, 2026-11-26).
-// 8-byte elements have two kernels: copy_grid_8 one at a time in 8 KiB tiles, copy_grid_8w two
-// to a 16-byte word in 33 KiB tiles. One kernel with both paths reserved the large tile for
-// either, and its narrow path, beside the 2-D FFT's exchange, slowed the FFT by 12%
-// (bench/RESULTS.md, 2026-11-27).
+// MINB (empty, or COMMA and the blocks an SM must hold) caps the registers: the 1-, 2- and
+// 4-byte kernels left to themselves take too many, and move 74-86% of the copy bandwidth; at
+// four blocks an SM 86-97% on an H200 (at three, 88-92%), 92-97% on an H100 (bench/RESULTS.md,
+// 2026-11-26 and 2026-11-27).
+// 1- and 8-byte elements have a kernel for each way, copy_grid_1 / copy_grid_8 one element at a
+// time and copy_grid_1w / copy_grid_8w in words (bytes in 4 x 4 blocks, `byte_tile`; 8-byte
+// elements two to a 16-byte word in 33 KiB tiles): one kernel with both paths takes the larger
+// tile and registers for either, and its narrow path ran slower, beside the 2-D FFT's exchange
+// by 12%, for bytes by 16% (bench/RESULTS.md, 2026-11-27).
 #define COMMA ,
 #define COPY_GRID(NAME, E, W, V, MINB)                                                           \
     extern "C" __global__ void __launch_bounds__(256 MINB)                                       \
         copy_grid_##NAME(const E* src, E* dst, Grid g, int load_q, int store_q, int wide) {     \
-        __shared__ E tile[32 * V * (32 * V + 1)];                                                \
+        __shared__ __align__(16) E tile[32 * V * (32 * V + 1)];                                  \
         if (V > 1 && wide) grid_tiles<E, W, V>(src, dst, g, load_q, store_q, tile);              \
         else grid_tiles<E, E, 1>(src, dst, g, load_q, store_q, tile);                            \
     }
-COPY_GRID(1, unsigned char, unsigned int, 4, )
-COPY_GRID(2, unsigned short, unsigned long long, 4, COMMA 3)
-COPY_GRID(4, unsigned int, unsigned long long, 2, COMMA 3)
+COPY_GRID(1, unsigned char, unsigned char, 1, )
+COPY_GRID(1w, unsigned char, unsigned int, 4, COMMA 4)
+COPY_GRID(2, unsigned short, unsigned long long, 4, COMMA 4)
+COPY_GRID(4, unsigned int, unsigned long long, 2, COMMA 4)
 COPY_GRID(8, unsigned long long, unsigned long long, 1, )
 COPY_GRID(8w, unsigned long long, uint4, 2, )
 COPY_GRID(16, uint4, uint4, 1, )
@@ -362,7 +408,8 @@ struct Kernels {
     copy: CudaFunction,
     /// copy_grid_<bytes> for elements of 1, 2, 4, 8 and 16 bytes, in that order.
     copy_grid: [CudaFunction; 5],
-    /// copy_grid_8w: 8-byte elements two to a word.
+    /// copy_grid_1w and copy_grid_8w: 1- and 8-byte elements in words.
+    copy_grid_1w: CudaFunction,
     copy_grid_8w: CudaFunction,
     finish: CudaFunction,
     conj_copy: CudaFunction,
@@ -392,6 +439,7 @@ impl Kernels {
                 let grid = |bytes: usize| module.load_function(&format!("copy_grid_{bytes}"));
                 [grid(1)?, grid(2)?, grid(4)?, grid(8)?, grid(16)?]
             },
+            copy_grid_1w: module.load_function("copy_grid_1w")?,
             copy_grid_8w: module.load_function("copy_grid_8w")?,
             finish: module.load_function("finish")?,
             conj_copy: module.load_function("conj_copy")?,
@@ -724,6 +772,7 @@ impl<'a> Cuda<'a> {
             shared_mem_bytes: 0,
         };
         let kernel = match (elem, wide) {
+            (1, true) => &self.kernels.copy_grid_1w,
             (8, true) => &self.kernels.copy_grid_8w,
             _ => &self.kernels.copy_grid[elem.trailing_zeros() as usize],
         };
@@ -1535,6 +1584,47 @@ mod tests {
         assert!(wide_words(&transpose(16, 16, 0), 8, aligned));
         assert!(!wide_words(&transpose(16, 16, 0), 8, (256, 520)));
         assert!(!wide_words(&transpose(16, 16, 0), 16, aligned));
+    }
+
+    /// The tile kernels move every element of every kind of grid to its place and nothing
+    /// elsewhere, run on the CPU: the host's C++ compiler (build-essential's, C++20) builds
+    /// their source with the few CUDA names they use stood in for (emulate_tiles.cpp), every
+    /// block's 256 threads meeting at each `__syncthreads`.
+    #[test]
+    fn tile_kernels_move_every_element_emulated_on_the_cpu() {
+        let dir = std::env::temp_dir().join(format!("distrun-tiles-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a scratch directory");
+        std::fs::write(dir.join("kernels.cu"), super::KERNELS).expect("writing the kernels");
+        let main = dir.join("emulate_tiles.cpp");
+        std::fs::write(&main, include_str!("emulate_tiles.cpp")).expect("writing the harness");
+        let exe = dir.join("emulate_tiles");
+        let built = std::process::Command::new("c++")
+            .args([
+                "-std=c++20",
+                "-O1",
+                "-pthread",
+                "-Wno-unknown-pragmas",
+                "-o",
+            ])
+            .arg(&exe)
+            .arg(&main)
+            .output()
+            .expect("a C++ compiler (c++, from build-essential)");
+        assert!(
+            built.status.success(),
+            "{}",
+            String::from_utf8_lossy(&built.stderr)
+        );
+        let ran = std::process::Command::new(&exe)
+            .output()
+            .expect("the harness runs");
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = String::from_utf8_lossy(&ran.stdout);
+        assert!(ran.status.success(), "{out}");
+        assert!(
+            out.contains("216 grid copies, 0 elements misplaced"),
+            "{out}"
+        );
     }
 
     /// Every NVRTC module of the backend compiles (for an H100's architecture). NVRTC needs no

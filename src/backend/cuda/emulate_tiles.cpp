@@ -1,0 +1,149 @@
+// The backend's tile kernels (copy_grid_*) run on the CPU: a host C++ compiler builds the CUDA
+// source (kernels.cu, written beside this file by the test that compiles it) with the few
+// CUDA names they use stood in for, and every block runs as 32 x 8 threads that meet at each
+// __syncthreads (a std::barrier). Each kernel copies grids of every shape class (whole tiles,
+// edges, lines shorter than a word, batches, offset starts) both ways across, and every element
+// must land where the grid says, with nothing written elsewhere. Exit status 0 when all do.
+#include <barrier>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#define __device__
+#define __forceinline__ inline
+#define __global__
+#define __restrict__
+#define __launch_bounds__(...)
+#define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
+struct uint4 { unsigned int x, y, z, w; };
+struct float2 { float x, y; };
+struct double2 { double x, y; };
+inline float2 make_float2(float a, float b) { return {a, b}; }
+inline double2 make_double2(double a, double b) { return {a, b}; }
+struct D3 { unsigned int x, y, z; };
+thread_local D3 threadIdx, blockIdx;
+D3 blockDim, gridDim;
+std::barrier<>* block_barrier;
+inline void __syncthreads() { block_barrier->arrive_and_wait(); }
+// Byte n of the result is byte (s >> 4n) & 7 of y:x.
+inline unsigned int __byte_perm(unsigned int x, unsigned int y, unsigned int s) {
+    unsigned long long v = (unsigned long long)y << 32 | x;
+    unsigned int r = 0;
+    for (int n = 0; n < 4; n++) r |= (unsigned int)(v >> (8 * ((s >> (4 * n)) & 7)) & 0xff) << (8 * n);
+    return r;
+}
+
+#include "kernels.cu"
+
+// Runs `kernel` over a grid of blocks of 32 x 8 threads, one block after another: 256 threads,
+// each taking its place in every block in turn.
+static void launch(D3 grid, const std::function<void()>& kernel) {
+    gridDim = grid;
+    blockDim = {32, 8, 1};
+    std::barrier<> b(256);
+    block_barrier = &b;
+    std::vector<std::thread> threads;
+    for (unsigned ty = 0; ty < 8; ty++)
+        for (unsigned tx = 0; tx < 32; tx++)
+            threads.emplace_back([&kernel, &b, grid, tx, ty] {
+                threadIdx = {tx, ty, 0};
+                for (unsigned z = 0; z < grid.z; z++)
+                    for (unsigned y = 0; y < grid.y; y++)
+                        for (unsigned x = 0; x < grid.x; x++) {
+                            blockIdx = {x, y, z};
+                            kernel();
+                            b.arrive_and_wait();
+                        }
+            });
+    for (auto& t : threads) t.join();
+}
+
+template <typename E>
+using Kernel = void (*)(const E*, E*, Grid, int, int, int);
+
+// Element k's value, distinct in every byte of every element that matters.
+template <typename E>
+static E value(size_t k) {
+    E e;
+    unsigned char* b = (unsigned char*)&e;
+    for (size_t j = 0; j < sizeof(E); j++) b[j] = (unsigned char)((k * sizeof(E) + j) * 2654435761u >> 13);
+    return e;
+}
+
+// Copies `batches` grids of rows x count elements across (read along the runs where `load_q`,
+// written along the other axis), lines padded by a word's worth, from an offset start, with
+// `kernel` in tiles of `side`; returns the misplaced elements.
+template <typename E>
+static int check(const char* name, Kernel<E> kernel, unsigned side, int wide, unsigned long long rows,
+                 unsigned long long count, int load_q, unsigned long long batches) {
+    Grid g{};
+    g.batches = batches;
+    g.rows = rows;
+    g.count = count;
+    g.start_s = 4;
+    g.start_d = 8;
+    // Lines a word (4 elements) longer than their whole words, as the host takes wide ones.
+    const unsigned long long pad_rows = (rows + 3) / 4 * 4 + 4, pad_count = (count + 3) / 4 * 4 + 4;
+    if (load_q) {
+        g.step_s = 1, g.stride_s = pad_rows, g.step_d = pad_count, g.stride_d = 1;
+        g.outer_s = g.stride_s * count, g.outer_d = g.step_d * rows;
+    } else {
+        g.step_s = pad_count, g.stride_s = 1, g.step_d = 1, g.stride_d = pad_rows;
+        g.outer_s = g.step_s * rows, g.outer_d = g.stride_d * count;
+    }
+    const size_t n_s = g.start_s + batches * g.outer_s, n_d = g.start_d + batches * g.outer_d + 4;
+    E* src = (E*)std::aligned_alloc(64, (n_s * sizeof(E) + 63) / 64 * 64);
+    E* dst = (E*)std::aligned_alloc(64, (n_d * sizeof(E) + 63) / 64 * 64);
+    for (size_t k = 0; k < n_s; k++) src[k] = value<E>(k);
+    std::memset(dst, 0xa5, n_d * sizeof(E));
+    std::vector<char> in_grid(n_d, 0);
+    auto tiles = [side](unsigned long long m) { return (unsigned)((m + side - 1) / side); };
+    launch({tiles(rows), tiles(count), (unsigned)batches},
+           [&] { kernel(src, dst, g, load_q, !load_q, wide); });
+    int bad = 0;
+    for (unsigned long long p = 0; p < batches; p++)
+        for (unsigned long long q = 0; q < rows; q++)
+            for (unsigned long long i = 0; i < count; i++) {
+                size_t s = g.start_s + p * g.outer_s + q * g.step_s + i * g.stride_s;
+                size_t d = g.start_d + p * g.outer_d + q * g.step_d + i * g.stride_d;
+                in_grid[d] = 1;
+                bad += std::memcmp(&dst[d], &src[s], sizeof(E)) != 0;
+            }
+    E untouched;
+    std::memset(&untouched, 0xa5, sizeof(E));
+    for (size_t d = 0; d < n_d; d++) bad += !in_grid[d] && std::memcmp(&dst[d], &untouched, sizeof(E)) != 0;
+    if (bad)
+        std::printf("%s (tiles of %u, wide %d): %llu x %llu, %llu grids, read along %s: %d misplaced\n",
+                    name, side, wide, rows, count, batches, load_q ? "runs" : "elements", bad);
+    std::free(src);
+    std::free(dst);
+    return bad;
+}
+
+int main() {
+    // Whole tiles of every kernel's side, edges, a thin grid, and lines shorter than a word.
+    const unsigned long long shapes[][2] = {{128, 128}, {256, 384}, {300, 260}, {132, 8}, {4, 4}, {1, 9}};
+    int bad = 0, runs = 0;
+    for (auto& shape : shapes)
+        for (int load_q = 0; load_q < 2; load_q++)
+            for (unsigned long long batches : {1ull, 2ull}) {
+                auto [rows, count] = std::pair{shape[0], shape[1]};
+                bad += check<unsigned char>("copy_grid_1", copy_grid_1, 32, 0, rows, count, load_q, batches);
+                bad += check<unsigned char>("copy_grid_1w", copy_grid_1w, 128, 1, rows, count, load_q, batches);
+                bad += check<unsigned short>("copy_grid_2", copy_grid_2, 32, 0, rows, count, load_q, batches);
+                bad += check<unsigned short>("copy_grid_2", copy_grid_2, 128, 1, rows, count, load_q, batches);
+                bad += check<unsigned int>("copy_grid_4", copy_grid_4, 32, 0, rows, count, load_q, batches);
+                bad += check<unsigned int>("copy_grid_4", copy_grid_4, 64, 1, rows, count, load_q, batches);
+                bad += check<unsigned long long>("copy_grid_8", copy_grid_8, 32, 0, rows, count, load_q, batches);
+                bad += check<unsigned long long>("copy_grid_8w", copy_grid_8w, 64, 1, rows, count, load_q, batches);
+                bad += check<uint4>("copy_grid_16", copy_grid_16, 32, 0, rows, count, load_q, batches);
+                runs += 9;
+            }
+    std::printf("%d grid copies, %d elements misplaced\n", runs, bad);
+    return bad != 0;
+}
