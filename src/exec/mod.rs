@@ -122,6 +122,9 @@ pub fn run(plans: &Plans, ctx: &Context, opts: &Options) -> Result<bool> {
             progress.setup(what, *seconds);
         }
         progress.setup("GPU backend up", started.elapsed().as_secs_f64());
+        if opts.verbose && ctx.size() > 1 {
+            last_rank_up(&backend, &progress)?;
+        }
         let room = memory::Room::Device {
             free: backend.free_memory()?,
             heap_taken: heap.map_or(0, |b| b as u64),
@@ -388,6 +391,22 @@ pub(crate) fn trials<B: Backend>(
         t.sort_by(f64::total_cmp);
         t[TRIAL_RUNS / 2]
     }))
+}
+
+/// With `-v` on several ranks (every rank calls it): which rank's GPU backend came up last,
+/// and when since its process started. Rank 0's first collective waits for that rank.
+fn last_rank_up<B: Backend>(b: &B, progress: &Progress) -> Result<()> {
+    let mine = progress::since_start_seconds().unwrap_or(0.0);
+    let all = b.all_gather_bytes(&mine.to_le_bytes())?;
+    let seconds = |bytes: &[u8]| f64::from_le_bytes(bytes.try_into().unwrap_or([0; 8]));
+    let last = (all.iter().map(|b| seconds(b)).enumerate())
+        .max_by(|x, y| x.1.total_cmp(&y.1))
+        .unwrap_or((0, 0.0));
+    progress.line(&format!(
+        "distrun: every rank's GPU backend up, the last rank {} at {:.3} s since its start",
+        last.0, last.1
+    ));
+    Ok(())
 }
 
 /// Runs a setup phase; with `-v` it waits for the device and reports the phase's time.

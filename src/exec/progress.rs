@@ -17,6 +17,11 @@ pub fn mark_start() {
     STARTED.get_or_init(Instant::now);
 }
 
+/// Seconds since `mark_start` (None before it).
+pub fn since_start_seconds() -> Option<f64> {
+    STARTED.get().map(|t| t.elapsed().as_secs_f64())
+}
+
 /// Rank 0's reporter (silent on other ranks and with `-q`).
 pub struct Progress {
     on: bool,
@@ -138,8 +143,8 @@ impl Progress {
     /// With `-v`: `what` took the time since `mark_start` (the spec read and planned, the
     /// process group up: a launcher's share of start-up shows beside the backend's).
     pub fn since_start(&self, what: &str) {
-        if let Some(t) = STARTED.get() {
-            self.setup(what, t.elapsed().as_secs_f64());
+        if let Some(t) = since_start_seconds() {
+            self.setup(what, t);
         }
     }
 
