@@ -16,7 +16,7 @@ use crate::backend::{Backend, Puts, Rows, puts_of};
 use crate::dist::Placement;
 use crate::dist::TensorState;
 use crate::ops::exchange::{Custom, Intervals};
-use crate::ops::movement::{Movement, Staged, staged_bytes};
+use crate::ops::movement::{Movement, Staged};
 use anyhow::Result;
 use std::collections::HashMap;
 
@@ -218,11 +218,10 @@ fn received(state: &TensorState, pieces: &[Option<Intervals>], sender: &[usize])
     }
 }
 
-/// The bytes a round of `state`'s pieces arriving by an exchange holds on `rank`: its scratch
-/// and the piece landed (see [`staged_bytes`]).
-pub fn arrival_bytes(state: &TensorState, round: &Senders, ranks: usize, rank: usize) -> u64 {
-    let to = received(state, &pieces_of(state, ranks), &round.from);
-    staged_bytes(state, &to, ranks as u64, rank as u64)
+/// What every rank holds once `round` has moved `state`'s pieces (the plan sizes each round's
+/// exchange from it).
+pub fn arrived(state: &TensorState, round: &Senders, ranks: usize) -> Custom {
+    received(state, &pieces_of(state, ranks), &round.from)
 }
 
 /// Every rank's piece of a tensor (None where a rank holds none).

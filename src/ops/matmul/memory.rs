@@ -13,7 +13,7 @@ use super::{
 };
 use crate::dist::{Placement, TensorState};
 use crate::ops::checks::dots_scratch;
-use crate::ops::exchange::{Holdings, Side};
+use crate::ops::exchange::{Custom, Holdings, Side};
 use crate::ops::movement::{EXACT_RANKS, local_bytes, staged_bytes};
 use super::chunks::{self, Gathered};
 use super::{
@@ -58,22 +58,18 @@ pub fn workspace<'a>(
     let moves = moves_result(&natural, out);
     // The way in rounds where it can go so (see `operands`): with `pipeline = "auto"` its trial
     // runs hold it beside the whole gather, each with its own buffers.
+    let state = move |of| operand(of, (sa, sb));
+    let listed = |list: Vec<chunks::Senders>| {
+        let arrived = |r: chunks::Senders| (r.of, chunks::arrived(state(r.of), &r, ranks as usize));
+        Rounds::Listed(list.into_iter().map(arrived).collect())
+    };
     let rounds = match (step.pipeline, &targets) {
         (MatmulPipeline::Whole, _) => None,
         _ if ranks > EXACT_RANKS => estimated_rounds(choice.algorithm, (sa, sb), &targets, ranks),
-        (_, None) => chunks::summa_rounds(sa, sb, ranks as usize).map(Rounds::Listed),
+        (_, None) => chunks::summa_rounds(sa, sb, ranks as usize).map(listed),
         (_, Some((ta, tb))) => {
-            rounds_of(step, choice.algorithm, (sa, sb), (ta, tb), ranks as usize).map(Rounds::Listed)
+            rounds_of(step, choice.algorithm, (sa, sb), (ta, tb), ranks as usize).map(listed)
         }
-    };
-    let largest = |s: &TensorState| (0..ranks).map(|r| local_bytes(s, ranks, r) as u64).max();
-    let (largest_a, largest_b) = match rounds {
-        Some(Rounds::Estimated(_)) => (largest(sa).unwrap_or(0), largest(sb).unwrap_or(0)),
-        _ => (0, 0),
-    };
-    let largest = move |of| match of {
-        Gathered::A => largest_a,
-        Gathered::B => largest_b,
     };
     let csize = local::compute_dtype(sa.dtype).size();
     move |rank| {
@@ -91,19 +87,15 @@ pub fn workspace<'a>(
         // for SUMMA) stays and its pieces arrive round by round; the product accumulates in
         // the result's piece.
         let in_rounds = rounds.as_ref().map(|rounds| {
-            let state = |of| match of {
-                Gathered::A => sa,
-                Gathered::B => sb,
-            };
             let arrivals: u64 = match rounds {
                 Rounds::Listed(list) => (list.iter())
-                    .map(|r| chunks::arrival_bytes(state(r.of), r, ranks as usize, rank as usize))
+                    .map(|(of, to)| staged_bytes(state(*of), to, ranks, rank))
                     .sum(),
                 // As the plan sizes a large exchange (`staged_bytes`): the piece sent, the
                 // piece received and landed, each at the operand's largest.
                 Rounds::Estimated(list) => (list.iter())
-                    .map(|&(of, n)| {
-                        n as u64 * (local_bytes(state(of), ranks, rank) as u64 + 2 * largest(of))
+                    .map(|&(of, n, largest)| {
+                        n as u64 * (local_bytes(state(of), ranks, rank) as u64 + 2 * largest)
                     })
                     .sum(),
             };
@@ -172,20 +164,28 @@ pub fn workspace<'a>(
 
 /// The rounds a matmul in rounds moves its operands in, as the plan counts them.
 enum Rounds {
-    /// Each round with every rank's sender (see `chunks`), where the plan sizes exchanges
-    /// exactly (up to [`EXACT_RANKS`] ranks).
-    Listed(Vec<chunks::Senders>),
-    /// Above: the number of rounds of each operand, each its largest piece.
-    Estimated(Vec<(Gathered, usize)>),
+    /// Each round's operand and what every rank holds once it has moved (see `chunks`), where
+    /// the plan sizes exchanges exactly (up to [`EXACT_RANKS`] ranks).
+    Listed(Vec<(Gathered, Custom)>),
+    /// Above: each operand's rounds, their count and its largest piece's bytes.
+    Estimated(Vec<(Gathered, usize, u64)>),
 }
 
 impl Rounds {
     /// The operand the first round moves.
     fn gathered(&self) -> Option<Gathered> {
         match self {
-            Rounds::Listed(list) => list.first().map(|r| r.of),
+            Rounds::Listed(list) => list.first().map(|r| r.0),
             Rounds::Estimated(list) => list.first().map(|r| r.0),
         }
+    }
+}
+
+/// Operand a or b.
+fn operand<'s>(of: Gathered, (sa, sb): (&'s TensorState, &'s TensorState)) -> &'s TensorState {
+    match of {
+        Gathered::A => sa,
+        Gathered::B => sb,
     }
 }
 
@@ -209,7 +209,9 @@ fn estimated_rounds(
             InRounds::Summa => return None,
         },
     };
-    Some(Rounds::Estimated(rounds))
+    let largest = |s: &TensorState| (0..ranks).map(|r| local_bytes(s, ranks, r) as u64).max();
+    let with_largest = |(of, n)| (of, n, largest(operand(of, (sa, sb))).unwrap_or(0));
+    Some(Rounds::Estimated(rounds.into_iter().map(with_largest).collect()))
 }
 
 /// A SUMMA operand's panel on `rank` (its piece's rows of a, `keep` 0, or columns of b, `keep`
