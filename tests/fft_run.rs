@@ -1,7 +1,8 @@
 //! Distributed FFT under mpiexec at 1-4 ranks: c2c, r2c and c2r, single and double precision,
 //! every norm and direction, slabs along x and y, boxes (pencils), reshape on and off, in place
-//! and out of place, at odd sizes with uneven splits, each result compared with a direct DFT
-//! computed here (separably, axis by axis) from values this test writes as .npy files.
+//! and out of place, the transposes' batches chosen or named, at odd sizes with uneven splits,
+//! each result compared with a direct DFT computed here (separably, axis by axis) from values
+//! this test writes as .npy files.
 
 mod common;
 use common::*;
@@ -48,6 +49,8 @@ struct Case {
     norm: &'static str,
     reshape: bool,
     in_place: bool,
+    /// The step's `batches` (absent: chosen).
+    batches: Option<u32>,
 }
 
 fn boxes_along(shape: &[u64], axis: usize, p: usize) -> String {
@@ -122,6 +125,7 @@ fn cases(p: usize) -> Vec<Case> {
         norm: "backward",
         reshape: true,
         in_place: false,
+        batches: None,
     };
     let mut all = Vec::new();
     for (norm, inverse, reshape) in [
@@ -215,6 +219,18 @@ fn cases(p: usize) -> Vec<Case> {
     let mut c = base("c2c", DType::C128, &wide, "{ slab = 0 }");
     c.out_dist = Some(boxes_along(&wide, 1, p));
     all.push(c);
+    // Batches the step names: one exchange after the whole phase, three (the last small on two
+    // or three ranks), more than the planes a rank holds; by planes, by rows, by columns.
+    for (kind, dtype, shape, dist, reshape, n) in [
+        ("c2c", DType::C128, &s3, "{ slab = 0 }", true, 1),
+        ("c2c", DType::C64, &s3, "{ slab = 1 }", true, 3),
+        ("r2c", DType::F64, &s3, "{ slab = 0 }", true, 100),
+        ("c2c", DType::C64, &wide, "{ slab = 0 }", false, 3),
+    ] {
+        let mut c = base(kind, dtype, shape, dist);
+        (c.reshape, c.batches) = (reshape, Some(n));
+        all.push(c);
+    }
     // A replicated input: every rank transforms all of it; the result replicated, or moved to
     // a declared distribution.
     let replicated = "\"replicated\"";
@@ -316,6 +332,9 @@ fn write_spec(dir: &Path, cases: &[Case]) -> std::path::PathBuf {
         );
         if !c.in_place {
             s += &format!("out = \"y{i}\"\n");
+        }
+        if let Some(n) = c.batches {
+            s += &format!("batches = {n}\n");
         }
         outs.push(format!("\"{out_name}\""));
     }

@@ -23,20 +23,50 @@ use crate::runtime::comm::Parts;
 use crate::spec::tensor::{DType, Distribution};
 use anyhow::Result;
 
-/// How many batches a transpose of `shape` (`elem` bytes a value) over `ranks` runs in: one per
-/// 512 MiB a rank holds, 4 to 8, and no more than `planes` (the fewest any rank splits). Each
-/// batch costs its own launches and a smaller cuFFT and copy, while the first batch's FFT runs
-/// before anything moves. On H200s (bench/RESULTS.md, 2026-11-22 sixth) c64 1024^3 ran fastest
-/// in 4 batches on 4 GPUs (2 GiB a rank; 0.4 ms less than 8) and in 8 on 2 GPUs (4 GiB a rank;
-/// 1.1 ms less than 4); 512^3 in 3 or 4. The count depends on global sizes only, so every rank
-/// takes the same.
-pub(super) fn batch_count(shape: &[u64], elem: usize, ranks: usize, planes: usize) -> usize {
-    const BYTES: u64 = 512 << 20;
+/// How a transpose of `shape` (`elem` bytes a value) over `ranks` splits into batches: in the
+/// step's `batches` where it names them; else, where the FFTs set the pace (`ffts_lead`, see
+/// [`ffts_lead`]), 3-D transforms in one per 256 MiB a rank holds, 8 to 12, and the others in
+/// one per 512 MiB, 4 to 8; no more than `planes` (the fewest any rank splits). Each batch
+/// costs its own launches and a smaller cuFFT and copy, while the first batch's FFT runs before
+/// anything moves and the last one's move after every FFT. On 4 H200s (bench/RESULTS.md,
+/// 2026-11-22 sixth; 2026-11-27 ninth) c64 1024^3 ran fastest in 4 batches (2 GiB a rank) and
+/// c128 512^3 in 4; on 2 by puts, c64 1024^3 (4 GiB a rank) in 12 or 16, c128 512^3 and r2c f32
+/// 1024^3 in 8 to 12 (4% less than 4 or 5), the 2-D c64 16384^2 in 4. The count depends on
+/// global sizes only, so every rank takes the same.
+pub(super) fn batch_count(
+    shape: &[u64],
+    elem: usize,
+    ranks: usize,
+    planes: usize,
+    (wanted, ffts_lead): (Option<u32>, bool),
+) -> Split {
     let bytes = shape.iter().fold(elem as u64, |b, &n| b.saturating_mul(n));
     let per_rank = bytes / ranks.max(1) as u64;
-    (per_rank.div_ceil(BYTES).clamp(4, 8) as usize)
-        .min(planes)
-        .max(1)
+    let chosen = match ffts_lead && shape.len() > 2 {
+        true => per_rank.div_ceil(256 << 20).clamp(8, 12),
+        false => per_rank.div_ceil(512 << 20).clamp(4, 8),
+    };
+    let n = wanted.map_or(chosen as usize, |n| n as usize).min(planes).max(1);
+    Split {
+        n,
+        taper: ffts_lead,
+    }
+}
+
+/// Whether a batched transpose over `ranks` waits on its FFTs more than on its moves: by puts
+/// (the copy engines, no SM taken from cuFFT) at two ranks, where each batch's move carries half
+/// of it (on 4 H200s a batch's move took about 1.5x its FFT, carrying three quarters). Not by
+/// NCCL, whose kernels share the SMs with cuFFT (on 2 H200s c64 1024^3 took 15.2 ms split as at
+/// 4 ranks and 15.9 split so), nor at three ranks (7.45 against 8.35 ms).
+pub(super) fn ffts_lead(ranks: usize, puts: bool) -> bool {
+    puts && ranks == 2
+}
+
+/// The batches of a transpose: how many, and whether the last is small ([`GROWTH`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Split {
+    pub n: usize,
+    taper: bool,
 }
 
 /// One batch: its first-phase FFT and its share of the move, ready to go either way.
@@ -211,23 +241,32 @@ pub(super) fn landing<B: Backend>(b: &B, room: usize, piece: usize) -> Result<(B
 }
 
 /// Relative sizes of the batches: the first small, so that the first move starts soon, then
-/// each half again as large as the one before up to a steady size. A batch's move takes about
-/// 1.5x its FFT on 4 H200s (bench/RESULTS.md), so the moves never wait for the FFTs.
+/// each half again as large as the one before up to a steady size; and where the FFTs are the
+/// slower part ([`ffts_lead`]: the step then takes every FFT and the last move), the last small
+/// again (of three or more), so that little is left to move once the last FFT is done. Where
+/// the moves are (the step takes the first FFT and every move), a small last batch would only
+/// make the first larger (4 H200s: c64 1024^3 6.11 -> 6.23 ms, r2c 3.17 -> 3.29).
 const GROWTH: [usize; 4] = [4, 6, 9, 12];
 
-fn weight(j: usize) -> usize {
-    GROWTH[j.min(GROWTH.len() - 1)]
-}
-
-/// Rank r's planes of batch j of n, of its `s` planes: growing batches ([`GROWTH`]), or even
-/// ones where `s` is too small for every growing batch to hold a plane.
-pub(super) fn planes(s: usize, j: usize, n: usize) -> (usize, usize) {
-    let total: usize = (0..n).map(weight).sum();
-    if s * GROWTH[0] < total {
-        return (s * j / n, s * (j + 1) / n);
+impl Split {
+    fn weight(&self, j: usize) -> usize {
+        match self.taper && j + 1 == self.n && self.n > 2 {
+            true => GROWTH[0],
+            false => GROWTH[j.min(GROWTH.len() - 1)],
+        }
     }
-    let bound = |j: usize| s * (0..j).map(weight).sum::<usize>() / total;
-    (bound(j), bound(j + 1))
+
+    /// Rank r's planes of batch j, of its `s` planes: batches as [`GROWTH`] says, or even ones
+    /// where `s` is too small for every batch to hold a plane.
+    pub(super) fn planes(&self, s: usize, j: usize) -> (usize, usize) {
+        let n = self.n;
+        let total: usize = (0..n).map(|i| self.weight(i)).sum();
+        if s * GROWTH[0] < total {
+            return (s * j / n, s * (j + 1) / n);
+        }
+        let bound = |j: usize| s * (0..j).map(|i| self.weight(i)).sum::<usize>() / total;
+        (bound(j), bound(j + 1))
+    }
 }
 
 /// How the slabs split over the ranks, as the transpose sees them.
@@ -245,7 +284,7 @@ struct Grid {
     /// Bytes per complex element.
     elem: usize,
     /// Batches.
-    n: usize,
+    split: Split,
     /// Bytes of one x-plane of the first phase's input.
     in_plane: usize,
     /// Where each peer's part starts in the send buffer (elements).
@@ -259,7 +298,7 @@ impl Grid {
         let (xs, ys, displ) = (&self.xs, &self.ys, &self.displ);
         let (me, n1, inner, elem) = (self.me, self.n1, self.inner, self.elem);
         let ranks = xs.len();
-        let (lo, hi) = planes(xs[me].1, j, self.n);
+        let (lo, hi) = self.split.planes(xs[me].1, j);
         let mut phase = phase1.clone();
         phase.shape[0] = hi - lo;
         let (mut pack, mut own, mut put) = (Vec::new(), Vec::new(), Vec::new());
@@ -290,7 +329,7 @@ impl Grid {
             }
             pack.extend((lo..hi).map(|x| run(src(x), displ[q] + x * line)));
             (to.counts[q], to.displs[q]) = ((hi - lo) * line, displ[q] + lo * line);
-            let (rlo, rhi) = planes(xs[q].1, j, self.n);
+            let (rlo, rhi) = self.split.planes(xs[q].1, j);
             let mine = ys[me].1 * inner;
             (from.counts[q], from.displs[q]) = ((rhi - rlo) * mine, (xs[q].0 + rlo) * mine);
         }
@@ -311,7 +350,13 @@ impl<B: Backend> Batched<B> {
     /// the y-slabs in C order (either slab's pieces in any order over the ranks: see
     /// `Slabs`); None where it does not apply (one rank, a transform along x, which splits no
     /// planes, or planes cuFFT would find misaligned).
-    pub fn new(b: &B, middle: &TensorState, to: &TensorState, phase1: &Phase) -> Result<Option<Self>> {
+    pub fn new(
+        b: &B,
+        middle: &TensorState,
+        to: &TensorState,
+        phase1: &Phase,
+        wanted: Option<u32>,
+    ) -> Result<Option<Self>> {
         let (ranks, me) = (b.ranks(), b.rank());
         let along_x = (phase1.ops.iter()).any(|o| matches!(o, AxisOp::C2c { axis: 0, .. }));
         // (first, count) of each rank's x-planes and y-rows.
@@ -326,7 +371,6 @@ impl<B: Backend> Batched<B> {
         let (n1, inner) = (shape[1], shape[2..].iter().product::<usize>());
         let elem = middle.dtype.size() as usize;
         let fewest = xs.iter().map(|x| x.1).min().unwrap_or(0);
-        let n = batch_count(&middle.shape, elem, ranks, fewest);
         let in_plane = phase1.shape[1..].iter().product::<usize>();
         // Bytes per input value: an r2c reads reals (the same on every rank, so every rank
         // takes the same decision below).
@@ -342,6 +386,7 @@ impl<B: Backend> Batched<B> {
         let room = slab_room(&middle.shape, elem, ranks, 1);
         let piece = shape[0] * ys[me].1 * inner * elem;
         let (out, can_put) = landing(b, room, piece)?;
+        let split = batch_count(&middle.shape, elem, ranks, fewest, (wanted, ffts_lead(ranks, can_put)));
         // The send buffer holds each peer's part whole, peers in rank order (not this rank).
         let mut displ = vec![0; ranks];
         for q in 1..ranks {
@@ -355,11 +400,11 @@ impl<B: Backend> Batched<B> {
             n1,
             inner,
             elem,
-            n,
+            split,
             in_plane: in_plane * in_elem,
             displ,
         };
-        let batches = (0..n).map(|j| grid.batch(j, phase1, can_put)).collect();
+        let batches = (0..split.n).map(|j| grid.batch(j, phase1, can_put)).collect();
         let Grid { xs, ys, .. } = grid;
         let sent = (0..ranks)
             .filter(|&q| q != me)
@@ -407,15 +452,16 @@ impl<B: Backend> Batched<B> {
 
 #[cfg(test)]
 mod tests {
-    use super::{batch_count, planes};
+    use super::{Split, batch_count, ffts_lead};
 
     #[test]
     fn batches_cover_every_plane_once() {
         for s in 1..300 {
-            for n in 1..=8.min(s) {
+            for (n, taper) in (1..=12.min(s)).flat_map(|n| [(n, false), (n, true)]) {
+                let split = Split { n, taper };
                 let mut next = 0;
                 for j in 0..n {
-                    let (lo, hi) = planes(s, j, n);
+                    let (lo, hi) = split.planes(s, j);
                     assert_eq!(lo, next);
                     assert!(hi > lo, "no empty batch when n <= s");
                     next = hi;
@@ -426,29 +472,49 @@ mod tests {
     }
 
     #[test]
-    fn a_batch_holds_about_512_mib_of_a_rank() {
-        let c64 = 8;
-        assert_eq!(batch_count(&[1024; 3], c64, 4, 256), 4);
-        assert_eq!(batch_count(&[1024; 3], c64, 2, 512), 8);
-        assert_eq!(batch_count(&[1024; 3], c64, 3, 341), 6);
-        assert_eq!(batch_count(&[512; 3], c64, 4, 128), 4);
-        assert_eq!(batch_count(&[2048; 3], c64, 2, 1024), 8);
+    fn a_batch_holds_256_to_512_mib_of_a_rank() {
+        let (c64, c128) = (8, 16);
+        let n = |shape: &[u64], elem, ranks, planes, wanted| {
+            batch_count(shape, elem, ranks, planes, (wanted, ffts_lead(ranks, true))).n
+        };
+        // 4 ranks: one per 512 MiB, 4 to 8.
+        assert_eq!(n(&[1024; 3], c64, 4, 256, None), 4);
+        assert_eq!(n(&[512; 3], c64, 4, 128, None), 4);
+        assert_eq!(n(&[2048; 3], c64, 4, 512, None), 8);
+        // 3-D on 2 ranks by puts: one per 256 MiB, 8 to 12; by NCCL as on 4, and on 3 ranks.
+        assert_eq!(n(&[1024; 3], c64, 2, 512, None), 12);
+        assert_eq!(n(&[512; 3], c128, 2, 256, None), 8);
+        assert_eq!(batch_count(&[1024; 3], c64, 2, 512, (None, false)).n, 8);
+        assert_eq!(n(&[1024; 3], c64, 3, 341, None), 6);
+        // 2-D on 2 ranks by puts: as on 4.
+        assert_eq!(n(&[16384; 2], c64, 2, 8192, None), 4);
         // Never more batches than the fewest planes a rank holds.
-        assert_eq!(batch_count(&[30, 27, 33], c64, 4, 7), 4);
-        assert_eq!(batch_count(&[5, 27, 33], c64, 4, 1), 1);
+        assert_eq!(n(&[30, 27, 33], c64, 4, 7, None), 4);
+        assert_eq!(n(&[30, 27, 33], c64, 2, 7, None), 7);
+        assert_eq!(n(&[5, 27, 33], c64, 4, 1, None), 1);
+        // A count the step names, within the planes.
+        assert_eq!(n(&[1024; 3], c64, 4, 256, Some(12)), 12);
+        assert_eq!(n(&[1024; 3], c64, 4, 256, Some(1)), 1);
+        assert_eq!(n(&[30, 27, 33], c64, 4, 7, Some(16)), 7);
     }
 
     #[test]
-    fn batches_grow_from_a_small_first() {
-        let sizes: Vec<usize> = (0..8)
-            .map(|j| planes(256, j, 8))
-            .map(|(lo, hi)| hi - lo)
-            .collect();
-        assert_eq!(sizes.iter().sum::<usize>(), 256);
-        assert!(sizes[0] * 3 <= sizes[7], "{sizes:?}");
-        assert!(
-            sizes.windows(2).all(|w| w[1] * 2 <= w[0] * 3 + 4),
-            "{sizes:?}"
-        );
+    fn batches_grow_from_a_small_first_and_end_small_where_the_ffts_are_slower() {
+        let sizes = |ranks: usize| -> Vec<usize> {
+            let split = batch_count(&[2048; 3], 8, ranks, 256, (Some(8), ffts_lead(ranks, true)));
+            (0..8).map(|j| split.planes(256, j)).map(|(lo, hi)| hi - lo).collect()
+        };
+        for ranks in [2, 4] {
+            let sizes = sizes(ranks);
+            assert_eq!(sizes.iter().sum::<usize>(), 256);
+            assert!(sizes[0] * 3 <= sizes[6], "{sizes:?}");
+            assert!(
+                sizes[..7].windows(2).all(|w| w[1] * 2 <= w[0] * 3 + 4),
+                "{sizes:?}"
+            );
+        }
+        // On 2 ranks the last is small again; on 4 as large as the one before.
+        assert!(sizes(2)[7] * 2 < sizes(2)[6], "{:?}", sizes(2));
+        assert!(sizes(4)[7] + 1 >= sizes(4)[6], "{:?}", sizes(4));
     }
 }

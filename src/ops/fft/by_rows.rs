@@ -10,7 +10,7 @@
 //! into the result), or, where the result is symmetric, by one strided put per peer (the copy
 //! engines); the step's trial runs choose ([`Route`]).
 
-use super::batched::{Moves, Put, batch_count, landing, planes, slab_room};
+use super::batched::{Moves, Put, Split, batch_count, ffts_lead, landing, slab_room};
 use super::slab_pieces;
 use crate::backend::work::{AxisOp, Phase};
 use crate::backend::{Backend, Rows};
@@ -65,7 +65,7 @@ struct Grid {
     /// Bytes per element.
     elem: usize,
     /// Batches.
-    n: usize,
+    split: Split,
 }
 
 impl Grid {
@@ -73,10 +73,10 @@ impl Grid {
     /// where `can_put`) and this rank's own.
     fn batch(&self, k: usize, phase: &Phase, can_put: bool) -> Batch {
         let (xs, ys) = (&self.xs, &self.ys);
-        let (me, n1, rest, elem, n) = (self.me, self.n1, self.rest, self.elem, self.n);
+        let (me, n1, rest, elem) = (self.me, self.n1, self.rest, self.elem);
         let ranks = xs.len();
         let (s1, y0) = (ys[me].1, ys[me].0);
-        let (lo, hi) = planes(s1, k, n);
+        let (lo, hi) = self.split.planes(s1, k);
         let run = |src, dst, rows: usize| Run::contiguous(src, dst, rows * rest);
         let mut batch = Batch {
             phase: (hi > lo).then(|| phase.on_rows(lo, hi)).flatten(),
@@ -119,7 +119,7 @@ impl Grid {
             (batch.to.counts[q], batch.to.displs[q]) = (planes_q * line, sent);
             sent += planes_q * line;
             // From q: this rank's planes of q's batch rows, into q's rows here.
-            let (qlo, qhi) = planes(ys[q].1, k, n);
+            let (qlo, qhi) = self.split.planes(ys[q].1, k);
             let line = (qhi - qlo) * rest;
             let my_planes = xs[me].1;
             unpack.extend((0..my_planes).map(|x| {
@@ -140,7 +140,13 @@ impl<B: Backend> ByRows<B> {
     /// where the phase does not split by rows ([`Phase::on_rows`]: a scale, a
     /// c2r, or a transform along y) or cuFFT would find the rows misaligned (an r2c's of an
     /// odd length).
-    pub fn new(b: &B, natural: &TensorState, to: &TensorState, phase: &Phase) -> Result<Option<Self>> {
+    pub fn new(
+        b: &B,
+        natural: &TensorState,
+        to: &TensorState,
+        phase: &Phase,
+        wanted: Option<u32>,
+    ) -> Result<Option<Self>> {
         let (ranks, me) = (b.ranks(), b.rank());
         // (first, count) of each rank's x-planes and y-rows.
         let pieces = (slab_pieces(to, 0, ranks), slab_pieces(natural, 1, ranks));
@@ -165,10 +171,11 @@ impl<B: Backend> ByRows<B> {
             return Ok(None);
         }
         let fewest = ys.iter().map(|y| y.1).min().unwrap_or(0);
-        let n = batch_count(&natural.shape, elem, ranks, fewest);
         let room = slab_room(&natural.shape, elem, ranks, 0);
         let piece = xs[me].1 * n1 * rest * elem;
         let (out, can_put) = landing(b, room, piece)?;
+        let pace = (wanted, ffts_lead(ranks, can_put));
+        let split = batch_count(&natural.shape, elem, ranks, fewest, pace);
         let grid = Grid {
             xs,
             ys,
@@ -176,9 +183,9 @@ impl<B: Backend> ByRows<B> {
             n1,
             rest,
             elem,
-            n,
+            split,
         };
-        let batches: Vec<Batch> = (0..n).map(|k| grid.batch(k, phase, can_put)).collect();
+        let batches: Vec<Batch> = (0..split.n).map(|k| grid.batch(k, phase, can_put)).collect();
         let most = |f: fn(&Batch) -> &Parts| {
             let each = batches.iter().map(|b| f(b).counts.iter().sum::<usize>());
             each.max().unwrap_or(0)

@@ -137,6 +137,7 @@ pub fn inverse(step: &Fft) -> Fft {
         },
         norm: step.norm,
         reshape: true,
+        batches: step.batches,
         common: step.common.clone(),
     }
 }

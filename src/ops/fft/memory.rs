@@ -55,7 +55,8 @@ pub fn workspace(
     // the result in C order before it moves on where that is not the result.
     if slabs.transposed {
         let natural = slabs.natural(out);
-        let columns = columns::workspace(&middle, &natural, ranks as usize, rank as usize);
+        let columns =
+            columns::workspace(&middle, &natural, (ranks as usize, rank as usize), step.batches);
         if columns > 0 {
             return to_work + piece(&middle) + columns + back_from(&natural) + phases;
         }

@@ -458,16 +458,23 @@ enum Move<B: Backend> {
 }
 
 impl<B: Backend> Stage<B> {
-    /// A stage whose result moves from `from` to `to` after the phase: batch by batch where
-    /// `batch` and a batched way applies, in one movement otherwise.
-    fn new(b: &B, phase: Phase, from: &TensorState, to: &TensorState, batch: bool) -> Result<Self> {
+    /// A stage whose result moves from `from` to `to` after the phase: batch by batch (in
+    /// `batches`, or as many as [`batched::batch_count`] chooses) where `batch` and a batched
+    /// way applies, in one movement otherwise.
+    fn new(
+        b: &B,
+        phase: Phase,
+        (from, to): (&TensorState, &TensorState),
+        batch: bool,
+        batches: Option<u32>,
+    ) -> Result<Self> {
         let (ranks, rank) = (b.ranks() as u64, b.rank() as u64);
         let after = b.zeros(local_bytes(from, ranks, rank))?;
         let then = if from == to {
             Move::None
-        } else if let Some(p) = batch.then(|| Batched::new(b, from, to, &phase)).transpose()?.flatten() {
+        } else if let Some(p) = batch.then(|| Batched::new(b, from, to, &phase, batches)).transpose()?.flatten() {
             Move::Planes(p)
-        } else if let Some(p) = batch.then(|| ByRows::new(b, from, to, &phase)).transpose()?.flatten() {
+        } else if let Some(p) = batch.then(|| ByRows::new(b, from, to, &phase, batches)).transpose()?.flatten() {
             Move::Rows(p)
         } else {
             let m = Movement::new(from, to, ranks, rank);
@@ -552,7 +559,8 @@ impl<B: Backend> PreparedFft<B> {
         };
         let [phase1, phase2] = phases(step, (input, out), &slabs, (ranks, rank));
         if slabs.transposed
-            && let Some(first) = Self::by_columns(b, (phase1.clone(), &phase2), &middle, &slabs.natural(out), out)?
+            && let Some(first) =
+                Self::by_columns(b, step, (phase1.clone(), &phase2), &middle, (&slabs.natural(out), out))?
         {
             return Ok(PreparedFft {
                 precision: middle.dtype,
@@ -562,10 +570,10 @@ impl<B: Backend> PreparedFft<B> {
             });
         }
         let transposed = slabs.on(&middle, false);
-        let first = Stage::new(b, phase1, &middle, &transposed, true)?;
+        let first = Stage::new(b, phase1, (&middle, &transposed), true, step.batches)?;
         let natural = slabs.on(out, false);
         let by_batches = back_batched(step.kind, s0, out, ranks as usize);
-        let second = Stage::new(b, phase2, &natural, out, by_batches)?;
+        let second = Stage::new(b, phase2, (&natural, out), by_batches, step.batches)?;
         Ok(PreparedFft {
             precision: middle.dtype,
             to_work,
@@ -579,13 +587,13 @@ impl<B: Backend> PreparedFft<B> {
     /// order), then to `out` where that differs; None where that does not apply.
     fn by_columns(
         b: &B,
+        step: &Fft,
         (phase1, phase2): (Phase, &Phase),
         middle: &TensorState,
-        natural: &TensorState,
-        out: &TensorState,
+        (natural, out): (&TensorState, &TensorState),
     ) -> Result<Option<Stage<B>>> {
         let (ranks, rank) = (b.ranks() as u64, b.rank() as u64);
-        let Some(columns) = Columns::new(b, middle, natural, phase2)? else {
+        let Some(columns) = Columns::new(b, middle, natural, phase2, step.batches)? else {
             return Ok(None);
         };
         let then = match *natural == *out {
@@ -621,7 +629,7 @@ impl<B: Backend> PreparedFft<B> {
         Ok(PreparedFft {
             precision: middle(step, input, out, 0).dtype,
             to_work,
-            first: Stage::new(b, phase, &natural, out, false)?,
+            first: Stage::new(b, phase, (&natural, out), false, None)?,
             second: None,
         })
     }

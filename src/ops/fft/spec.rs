@@ -1,4 +1,5 @@
-//! The fft step's keys: kind, direction, normalization and the result's distribution.
+//! The fft step's keys: kind, direction, normalization, the result's distribution and the
+//! transposes' batches.
 
 use crate::spec::step::StepCommon;
 use schemars::JsonSchema;
@@ -27,6 +28,12 @@ pub struct Fft {
     /// complementary slab (x <-> y), saving a transpose.
     #[serde(default = "yes")]
     pub reshape: bool,
+    /// How many batches the transposes between slabs run in, each moving while the next one
+    /// is transformed (absent: chosen from the sizes, 4 to 12; 1: one exchange after the whole
+    /// phase). At most the fewest planes (or columns) any rank splits; no effect on one rank.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub batches: Option<u32>,
     #[serde(flatten)]
     #[allow(missing_docs)]
     pub common: StepCommon,
