@@ -64,7 +64,7 @@ static void launch(D3 grid, const std::function<void()>& kernel) {
 }
 
 template <typename E>
-using Kernel = void (*)(const E*, E*, Grid, int, int, int);
+using Kernel = void (*)(const E*, E*, Grid, int, int, int, int);
 
 // Element k's value, distinct in every byte of every element that matters.
 template <typename E>
@@ -79,7 +79,7 @@ static E value(size_t k) {
 // written along the other axis), lines padded by a word's worth, from an offset start, with
 // `kernel` in tiles of `side`; returns the misplaced elements.
 template <typename E>
-static int check(const char* name, Kernel<E> kernel, unsigned side, int wide, unsigned long long rows,
+static int check(const char* name, Kernel<E> kernel, unsigned side, int wide, int pairs, unsigned long long rows,
                  unsigned long long count, int load_q, unsigned long long batches) {
     Grid g{};
     g.batches = batches;
@@ -104,7 +104,7 @@ static int check(const char* name, Kernel<E> kernel, unsigned side, int wide, un
     std::vector<char> in_grid(n_d, 0);
     auto tiles = [side](unsigned long long m) { return (unsigned)((m + side - 1) / side); };
     launch({tiles(rows), tiles(count), (unsigned)batches},
-           [&] { kernel(src, dst, g, load_q, !load_q, wide); });
+           [&] { kernel(src, dst, g, load_q, !load_q, wide, pairs); });
     int bad = 0;
     for (unsigned long long p = 0; p < batches; p++)
         for (unsigned long long q = 0; q < rows; q++)
@@ -118,8 +118,8 @@ static int check(const char* name, Kernel<E> kernel, unsigned side, int wide, un
     std::memset(&untouched, 0xa5, sizeof(E));
     for (size_t d = 0; d < n_d; d++) bad += !in_grid[d] && std::memcmp(&dst[d], &untouched, sizeof(E)) != 0;
     if (bad)
-        std::printf("%s (tiles of %u, wide %d): %llu x %llu, %llu grids, read along %s: %d misplaced\n",
-                    name, side, wide, rows, count, batches, load_q ? "runs" : "elements", bad);
+        std::printf("%s (tiles of %u, wide %d, pairs %d): %llu x %llu, %llu grids, read along %s: %d misplaced\n",
+                    name, side, wide, pairs, rows, count, batches, load_q ? "runs" : "elements", bad);
     std::free(src);
     std::free(dst);
     return bad;
@@ -133,16 +133,19 @@ int main() {
         for (int load_q = 0; load_q < 2; load_q++)
             for (unsigned long long batches : {1ull, 2ull}) {
                 auto [rows, count] = std::pair{shape[0], shape[1]};
-                bad += check<unsigned char>("copy_grid_1", copy_grid_1, 32, 0, rows, count, load_q, batches);
-                bad += check<unsigned char>("copy_grid_1w", copy_grid_1w, 128, 1, rows, count, load_q, batches);
-                bad += check<unsigned short>("copy_grid_2", copy_grid_2, 32, 0, rows, count, load_q, batches);
-                bad += check<unsigned short>("copy_grid_2", copy_grid_2, 128, 1, rows, count, load_q, batches);
-                bad += check<unsigned int>("copy_grid_4", copy_grid_4, 32, 0, rows, count, load_q, batches);
-                bad += check<unsigned int>("copy_grid_4", copy_grid_4, 64, 1, rows, count, load_q, batches);
-                bad += check<unsigned long long>("copy_grid_8", copy_grid_8, 32, 0, rows, count, load_q, batches);
-                bad += check<unsigned long long>("copy_grid_8w", copy_grid_8w, 64, 1, rows, count, load_q, batches);
-                bad += check<uint4>("copy_grid_16", copy_grid_16, 32, 0, rows, count, load_q, batches);
-                runs += 9;
+                bad += check<unsigned char>("copy_grid_1", copy_grid_1, 32, 0, 0, rows, count, load_q, batches);
+                bad += check<unsigned char>("copy_grid_1", copy_grid_1, 64, 0, 1, rows, count, load_q, batches);
+                bad += check<unsigned char>("copy_grid_1w", copy_grid_1w, 128, 1, 0, rows, count, load_q, batches);
+                bad += check<unsigned short>("copy_grid_2", copy_grid_2, 32, 0, 0, rows, count, load_q, batches);
+                bad += check<unsigned short>("copy_grid_2", copy_grid_2, 64, 0, 1, rows, count, load_q, batches);
+                bad += check<unsigned short>("copy_grid_2", copy_grid_2, 128, 1, 0, rows, count, load_q, batches);
+                bad += check<unsigned int>("copy_grid_4", copy_grid_4, 32, 0, 0, rows, count, load_q, batches);
+                bad += check<unsigned int>("copy_grid_4", copy_grid_4, 64, 0, 1, rows, count, load_q, batches);
+                bad += check<unsigned int>("copy_grid_4", copy_grid_4, 64, 1, 0, rows, count, load_q, batches);
+                bad += check<unsigned long long>("copy_grid_8", copy_grid_8, 32, 0, 0, rows, count, load_q, batches);
+                bad += check<unsigned long long>("copy_grid_8w", copy_grid_8w, 64, 1, 0, rows, count, load_q, batches);
+                bad += check<uint4>("copy_grid_16", copy_grid_16, 32, 0, 0, rows, count, load_q, batches);
+                runs += 12;
             }
     std::printf("%d grid copies, %d elements misplaced\n", runs, bad);
     return bad != 0;

@@ -151,13 +151,12 @@ __device__ __forceinline__ void byte_tile(const unsigned char* sp, unsigned char
     __syncthreads();
 }
 
-template <typename E, typename W, int V>
+template <typename E, typename W, int V, int H>
 __device__ __forceinline__ void grid_tiles(const E* __restrict__ s, E* __restrict__ d,
                                            const Grid& g, int load_q, int store_q, E* tile) {
     typedef unsigned long long u64;
-    constexpr unsigned int T = 32 * V, P = T + 1, N = T / 8;
+    constexpr unsigned int T = 32 * V * H, P = T + 1, N = T / 8;
     const u64 tq = (g.rows + T - 1) / T, ti = (g.count + T - 1) / T;
-    const unsigned int c0 = threadIdx.x * V;
     s += g.start_s;
     d += g.start_d;
     for (u64 p = blockIdx.z; p < g.batches; p += gridDim.z)
@@ -173,28 +172,32 @@ __device__ __forceinline__ void grid_tiles(const E* __restrict__ s, E* __restric
                 continue;
             }
         }
-        W w[N];
+        W w[H][N];
+#pragma unroll
+        for (unsigned int h = 0; h < H; h++)
 #pragma unroll
         for (unsigned int n = 0; n < N; n++) {
-            const unsigned int j = threadIdx.y + 8 * n;
-            const unsigned int tq_ = load_q ? c0 : j, ti_ = load_q ? j : c0;
+            const unsigned int j = threadIdx.y + 8 * n, c = (threadIdx.x + 32 * h) * V;
+            const unsigned int tq_ = load_q ? c : j, ti_ = load_q ? j : c;
             if (tq_ < lim_q && ti_ < lim_i && (load_q ? lim_q - tq_ : lim_i - ti_) >= V)
-                w[n] = *(const W*)(sp + tq_ * g.step_s + ti_ * g.stride_s);
+                w[h][n] = *(const W*)(sp + tq_ * g.step_s + ti_ * g.stride_s);
         }
 #pragma unroll
+        for (unsigned int h = 0; h < H; h++)
+#pragma unroll
         for (unsigned int n = 0; n < N; n++) {
-            const unsigned int j = threadIdx.y + 8 * n;
-            const unsigned int tq_ = load_q ? c0 : j, ti_ = load_q ? j : c0;
+            const unsigned int j = threadIdx.y + 8 * n, c = (threadIdx.x + 32 * h) * V;
+            const unsigned int tq_ = load_q ? c : j, ti_ = load_q ? j : c;
             if (tq_ >= lim_q || ti_ >= lim_i) continue;
             const unsigned int at = tq_ * P + ti_;
             if constexpr (V == 1) {
-                tile[at] = w[n];
+                tile[at] = w[h][n];
             } else {
                 const u64 left = load_q ? lim_q - tq_ : lim_i - ti_;
                 const unsigned int next = load_q ? P : 1;
                 if (left >= V) {
 #pragma unroll
-                    for (int v = 0; v < V; v++) tile[at + v * next] = word_part<E, W>(w[n], v);
+                    for (int v = 0; v < V; v++) tile[at + v * next] = word_part<E, W>(w[h][n], v);
                 } else {
                     const E* from = sp + tq_ * g.step_s + ti_ * g.stride_s;
                     for (unsigned int v = 0; v < left; v++) tile[at + v * next] = from[v];
@@ -203,9 +206,11 @@ __device__ __forceinline__ void grid_tiles(const E* __restrict__ s, E* __restric
         }
         __syncthreads();
 #pragma unroll
+        for (unsigned int h = 0; h < H; h++)
+#pragma unroll
         for (unsigned int n = 0; n < N; n++) {
-            const unsigned int j = threadIdx.y + 8 * n;
-            const unsigned int tq_ = store_q ? c0 : j, ti_ = store_q ? j : c0;
+            const unsigned int j = threadIdx.y + 8 * n, c = (threadIdx.x + 32 * h) * V;
+            const unsigned int tq_ = store_q ? c : j, ti_ = store_q ? j : c;
             if (tq_ >= lim_q || ti_ >= lim_i) continue;
             E* to = dp + tq_ * g.step_d + ti_ * g.stride_d;
             const unsigned int at = tq_ * P + ti_;
@@ -239,21 +244,27 @@ __device__ __forceinline__ void grid_tiles(const E* __restrict__ s, E* __restric
 // elements two to a 16-byte word in 33 KiB tiles): one kernel with both paths takes the larger
 // tile and registers for either, and its narrow path ran slower, beside the 2-D FFT's exchange
 // by 12%, for bytes by 16% (bench/RESULTS.md, 2026-11-27).
+// Element by element (not `wide`), where the host finds tiles enough (`pairs`), each thread
+// moves H elements along a tile's lines (tiles of 32 H square; H = 2 for elements of 1, 2 and 4
+// bytes), so that a block of small tiles does not spend more on starting than on moving; a
+// small grid keeps tiles of 32 and more blocks.
 #define COMMA ,
-#define COPY_GRID(NAME, E, W, V, MINB)                                                           \
-    extern "C" __global__ void __launch_bounds__(256 MINB)                                       \
-        copy_grid_##NAME(const E* src, E* dst, Grid g, int load_q, int store_q, int wide) {     \
-        __shared__ __align__(16) E tile[32 * V * (32 * V + 1)];                                  \
-        if (V > 1 && wide) grid_tiles<E, W, V>(src, dst, g, load_q, store_q, tile);              \
-        else grid_tiles<E, E, 1>(src, dst, g, load_q, store_q, tile);                            \
+#define TILE(K) (32 * (K) * (32 * (K) + 1))
+#define COPY_GRID(NAME, E, W, V, H, MINB)                                                        \
+    extern "C" __global__ void __launch_bounds__(256 MINB) copy_grid_##NAME(                     \
+        const E* src, E* dst, Grid g, int load_q, int store_q, int wide, int pairs) {            \
+        __shared__ __align__(16) E tile[TILE(V > H ? V : H)];                                    \
+        if (V > 1 && wide) grid_tiles<E, W, V, 1>(src, dst, g, load_q, store_q, tile);           \
+        else if (H > 1 && pairs) grid_tiles<E, E, 1, H>(src, dst, g, load_q, store_q, tile);     \
+        else grid_tiles<E, E, 1, 1>(src, dst, g, load_q, store_q, tile);                         \
     }
-COPY_GRID(1, unsigned char, unsigned char, 1, )
-COPY_GRID(1w, unsigned char, unsigned int, 4, COMMA 4)
-COPY_GRID(2, unsigned short, unsigned long long, 4, COMMA 4)
-COPY_GRID(4, unsigned int, unsigned long long, 2, COMMA 4)
-COPY_GRID(8, unsigned long long, unsigned long long, 1, )
-COPY_GRID(8w, unsigned long long, uint4, 2, )
-COPY_GRID(16, uint4, uint4, 1, )
+COPY_GRID(1, unsigned char, unsigned char, 1, 2, )
+COPY_GRID(1w, unsigned char, unsigned int, 4, 1, COMMA 4)
+COPY_GRID(2, unsigned short, unsigned long long, 4, 2, COMMA 4)
+COPY_GRID(4, unsigned int, unsigned long long, 2, 2, COMMA 4)
+COPY_GRID(8, unsigned long long, unsigned long long, 1, 1, )
+COPY_GRID(8w, unsigned long long, uint4, 2, 1, )
+COPY_GRID(16, uint4, uint4, 1, 1, )
 
 // The product over `ranks` gathered arrays of n complex values (float2 or double2), elements
 // first..first + count, in rank order, in double precision.
@@ -286,6 +297,17 @@ fn word_elements(elem: usize) -> Option<usize> {
         4 | 8 => Some(2),
         _ => None,
     }
+}
+
+/// Whether a tile kernel moving `g`'s elements one at a time (not in words) has each thread
+/// move two along a tile's lines (tiles of 64; the kernels' H): for elements of 1, 2 or 4 bytes
+/// where that still makes 512 tiles or more. One H100, two against one: u8 3001 x 4097 C -> F
+/// 0.040 -> 0.030 ms, f16 1000 x 77 x 131 0.044 -> 0.037, f32 255 x 257 x 33 0.014 -> 0.011;
+/// f16 130 x 3002 (141 tiles of 64) 0.004 -> 0.005 (bench/RESULTS.md, 2026-11-27 ninth).
+fn pairs(g: &RunGrid, elem: usize) -> bool {
+    const TILES: usize = 512;
+    let tiles = g.rows.div_ceil(64) * g.count.div_ceil(64) * g.batches;
+    matches!(elem, 1 | 2 | 4) && tiles >= TILES
 }
 
 /// Whether grids of 1-, 2- or 4-byte elements can move a word of several at a time on both
@@ -760,7 +782,13 @@ impl<'a> Cuda<'a> {
         let load_q = i32::from(g.step.0 == 1 && g.strides.0 != 1);
         let store_q = i32::from(g.step.1 == 1 && g.strides.1 != 1);
         let wide = wide_words(g, elem, (src, dst));
-        let side = 32 * word_elements(elem).filter(|_| wide).unwrap_or(1);
+        let pairs = !wide && pairs(g, elem);
+        let side = 32
+            * match (wide, pairs) {
+                (true, _) => word_elements(elem).unwrap_or(1),
+                (false, true) => 2,
+                (false, false) => 1,
+            };
         let tiles = |n: usize| n.div_ceil(side).clamp(1, 65535) as u32;
         let cfg = LaunchConfig {
             grid_dim: (
@@ -776,7 +804,7 @@ impl<'a> Cuda<'a> {
             (8, true) => &self.kernels.copy_grid_8w,
             _ => &self.kernels.copy_grid[elem.trailing_zeros() as usize],
         };
-        let wide = i32::from(wide);
+        let (wide, pairs) = (i32::from(wide), i32::from(pairs));
         let mut launch = stream.launch_builder(kernel);
         launch
             .arg(&src)
@@ -784,7 +812,8 @@ impl<'a> Cuda<'a> {
             .arg(&grid)
             .arg(&load_q)
             .arg(&store_q)
-            .arg(&wide);
+            .arg(&wide)
+            .arg(&pairs);
         // SAFETY: the grid's runs stay inside both buffers (their callers size them).
         unsafe { launch.launch(cfg) }?;
         Ok(())
@@ -1622,7 +1651,7 @@ mod tests {
         let out = String::from_utf8_lossy(&ran.stdout);
         assert!(ran.status.success(), "{out}");
         assert!(
-            out.contains("216 grid copies, 0 elements misplaced"),
+            out.contains("288 grid copies, 0 elements misplaced"),
             "{out}"
         );
     }
