@@ -1,8 +1,8 @@
 //! Random valid specs over the whole space the contract describes: every op and collective,
 //! every distribution as an input and as a declared output, both layouts, every dtype an op
 //! takes, transposes, conjugates, alpha/beta/c, epilogs and biases, FFT kinds, norms,
-//! directions and reshapes, uneven and tiny shapes, chains of 1-5 steps where one step's result
-//! feeds the next; with each written tensor's reference value (model.rs).
+//! directions, reshapes and batches, uneven and tiny shapes, chains of 1-5 steps where one
+//! step's result feeds the next; with each written tensor's reference value (model.rs).
 
 use crate::layout::{Dist, list};
 use crate::model::{self, ALL, C, Dt, E, FLOATS, FftOp, MatmulOp, Value};
@@ -646,6 +646,10 @@ impl Gen {
             );
         }
         keys += &format!("norm = \"{norm}\"\nreshape = {reshape}\n");
+        // The transposes' batches named, now and then: one exchange, or more than the planes.
+        if self.rng.chance(0.25) {
+            keys += &format!("batches = {}\n", 1 + self.rng.below(6));
+        }
         let (out, dist) = if in_place {
             let dist = match (&xdist, reshape) {
                 (Dist::Slab(a), false) => Dist::Slab(1 - a),
