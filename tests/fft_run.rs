@@ -436,6 +436,23 @@ fn every_kind_precision_norm_and_distribution_at_1_to_4_ranks() {
             } else {
                 format!("y{i}")
             };
+            // The manifest says how many batches each batched transpose ran in: the count
+            // named where every rank has that many planes, never more.
+            let batches = &m["steps"][i]["batches"];
+            if let (Some(n), true) = (c.batches, p > 1) {
+                let counts: Vec<u64> = (batches.as_array().expect("batches recorded").iter())
+                    .map(|k| k.as_u64().unwrap())
+                    .collect();
+                let exact = c.shape == [30, 27, 33] && n <= 6;
+                assert!(
+                    !counts.is_empty()
+                        && (counts.iter()).all(|&k| k >= 1 && k <= n as u64)
+                        && (!exact || counts.iter().all(|&k| k == n as u64)),
+                    "{p} ranks, case {i}: batches {batches} for {n} named"
+                );
+            } else if p == 1 {
+                assert!(batches.is_null(), "one rank moves nothing: {batches}");
+            }
             let (_, got) = read_npy_complex(&out.join(format!("{name}.npy")));
             let want = reference(i, c);
             assert_eq!(got.len(), want.len(), "case {i}");

@@ -59,6 +59,9 @@ pub struct StepRecord {
     /// How a matmul's gathered operand traveled where it could go in rounds (`Rounds` or
     /// `Whole`), with the trial times (rounds, whole) where trial runs chose.
     pub pipeline: Option<Chosen<MatmulPipeline>>,
+    /// How many batches each batched transpose of an FFT ran in, in order (none where every
+    /// move went whole).
+    pub batches: Vec<usize>,
 }
 
 /// One of two ways to run a step, and where trial runs chose it, the median trial time of each

@@ -120,6 +120,10 @@ impl Progress {
                 ));
             }
         }
+        if !record.batches.is_empty() {
+            let each: Vec<String> = record.batches.iter().map(|n| n.to_string()).collect();
+            line.push_str(&format!(", transposes in {} batches", each.join(" and ")));
+        }
         if let Some(c) = record.check {
             line.push_str(if c.passed {
                 ", check passed"

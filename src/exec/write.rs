@@ -442,6 +442,7 @@ fn step_record(s: &super::StepRecord, planned: &crate::plan::StepPlan) -> manife
             rounds_s: trials.map(|t| t[0]),
             whole_s: trials.map(|t| t[1]),
         }),
+        batches: s.batches.clone(),
     }
 }
 

@@ -112,6 +112,7 @@ pub fn sample_manifest(algorithm: Checksum) -> Manifest {
             }),
             via: None,
             pipeline: None,
+            batches: Vec::new(),
         }],
         tensors,
         planned_peak_bytes_per_rank: None,

@@ -136,6 +136,11 @@ pub struct StepRecord {
     /// GEMM (`ag_gemm`'s ring, SUMMA on a square grid).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pipeline: Option<PipelineRecord>,
+    /// How many batches each of an FFT's batched transposes ran in, each batch's move
+    /// overlapping the next batch's transform (the first phase's way to the other slab, then
+    /// the way back); absent where every move went whole.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub batches: Vec<usize>,
 }
 
 /// The choice between a matmul in rounds and in one exchange.

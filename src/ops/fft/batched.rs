@@ -346,6 +346,11 @@ impl Grid {
 }
 
 impl<B: Backend> Batched<B> {
+    /// How many batches it runs in.
+    pub fn batches(&self) -> usize {
+        self.batches.len()
+    }
+
     /// `phase1` by planes into `middle` (its complex x-slab result, C order), then to `to`,
     /// the y-slabs in C order (either slab's pieces in any order over the ranks: see
     /// `Slabs`); None where it does not apply (one rank, a transform along x, which splits no

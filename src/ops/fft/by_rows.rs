@@ -135,6 +135,11 @@ impl Grid {
 }
 
 impl<B: Backend> ByRows<B> {
+    /// How many batches it runs in.
+    pub fn batches(&self) -> usize {
+        self.batches.len()
+    }
+
     /// `phase` by rows into `natural` (its complex y-slab result, C order), then to `to`, the
     /// x-slabs in C order (either slab's pieces in any order over the ranks: see `Slabs`); None
     /// where the phase does not split by rows ([`Phase::on_rows`]: a scale, a

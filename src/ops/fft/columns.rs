@@ -197,6 +197,11 @@ pub(super) fn workspace(
 }
 
 impl<B: Backend> Columns<B> {
+    /// How many batches it runs in.
+    pub fn batches(&self) -> usize {
+        self.batches.len()
+    }
+
     /// The exchange from `middle` (the first phase's complex x-slab result, C order) to
     /// `natural` (the y-slabs in C order, either slab's pieces in any order over the ranks)
     /// with `phase`, the second phase on the rank's piece landed in F order (`[columns, n0]`,

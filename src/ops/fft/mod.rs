@@ -506,6 +506,16 @@ impl<B: Backend> Stage<B> {
         }
     }
 
+    /// How many batches a batched move runs in (None for the others).
+    fn batches(&self) -> Option<usize> {
+        match &self.then {
+            Move::Planes(p) => Some(p.batches()),
+            Move::Rows(p) => Some(p.batches()),
+            Move::Columns(c, _) => Some(c.batches()),
+            _ => None,
+        }
+    }
+
     /// The route of a batched move (None for the others).
     fn route(&mut self) -> Option<&mut Route> {
         match &mut self.then {
@@ -632,6 +642,12 @@ impl<B: Backend> PreparedFft<B> {
             first: Stage::new(b, phase, (&natural, out), false, None)?,
             second: None,
         })
+    }
+
+    /// How many batches each batched move runs in, in order.
+    pub fn batches(&self) -> Vec<usize> {
+        let second = self.second.as_ref().and_then(Stage::batches);
+        self.first.batches().into_iter().chain(second).collect()
     }
 
     /// The batched moves' routes.

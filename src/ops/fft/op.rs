@@ -65,7 +65,7 @@ impl Op for Fft {
         let moved_in = slabs.on(input, true) != *input;
         let (moved, each) = match slabs.transposed {
             true => ("column batch by column batch to", " on each batch as it lands"),
-            false => ("one all-to-all to", ""),
+            false => ("all-to-all (batch by batch where the phase splits) to", ""),
         };
         let detail = format!(
             "{}FFT of axes {} on {}-slabs, {moved} {}-slabs, FFT of axis {s0}{each}{}",
@@ -109,6 +109,7 @@ impl Op for Fft {
             run.record.via = Some(pick_via(b, &mut prepared, PreparedFft::set_via, trial)?);
         }
         run.record.times = run.timed(|| prepared.run(b, input))?;
+        run.record.batches = prepared.batches();
         run.record.flops = Some(self.flops(in_state, out_state));
         let mut out = prepared.into_output();
         run.corrupt(&mut out)?;
