@@ -140,7 +140,9 @@ fn a_2d_fft_down_long_columns_runs_its_second_phase_as_columns_land() {
     for (name, rows, reshape) in [("longback", 8192, true), ("shortcols", 4096, false)] {
         let d = detail(name, rows, reshape);
         assert!(
-            d.as_str().unwrap().contains("all-to-all (batch by batch where"),
+            d.as_str()
+                .unwrap()
+                .contains("all-to-all (batch by batch where"),
             "{name}: {d}"
         );
     }

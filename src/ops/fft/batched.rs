@@ -24,8 +24,8 @@ use crate::spec::tensor::{DType, Distribution};
 use anyhow::Result;
 
 /// How a transpose of `shape` (`elem` bytes a value) over `ranks` splits into batches: in the
-/// step's `batches` where it names them; else, where the FFTs set the pace (`ffts_lead`, see
-/// [`ffts_lead`]), 3-D transforms in one per 256 MiB a rank holds, 8 to 12, and the others in
+/// step's `batches` where it names them; else, where the FFTs set the pace (`ffts_lead`: see
+/// [`ffts_lead()`]), 3-D transforms in one per 256 MiB a rank holds, 8 to 12, and the others in
 /// one per 512 MiB, 4 to 8; no more than `planes` (the fewest any rank splits). Each batch
 /// costs its own launches and a smaller cuFFT and copy, while the first batch's FFT runs before
 /// anything moves and the last one's move after every FFT. On 4 H200s (bench/RESULTS.md,
