@@ -62,11 +62,7 @@ impl Runs {
         *self.derived.get_or_init(|| {
             // Streamed, the hash of the table's bytes without the table.
             let mut h = xxhash_rust::xxh3::Xxh3::new();
-            for r in &self.list {
-                for x in [r.src, r.dst, r.count, r.src_stride, r.dst_stride] {
-                    h.update(&(x as u64).to_ne_bytes());
-                }
-            }
+            self.words().for_each(|x| h.update(&x.to_ne_bytes()));
             Derived {
                 grid: RunGrid::of(&self.list),
                 key: h.digest(),
@@ -78,10 +74,13 @@ impl Runs {
     /// The runs as a table of u64s, five a run: source, destination, count, source stride,
     /// destination stride.
     pub fn table(&self) -> Vec<u64> {
-        self.list
-            .iter()
+        self.words().collect()
+    }
+
+    /// The table's u64s, in order.
+    fn words(&self) -> impl Iterator<Item = u64> + '_ {
+        (self.list.iter())
             .flat_map(|r| [r.src, r.dst, r.count, r.src_stride, r.dst_stride].map(|x| x as u64))
-            .collect()
     }
 }
 
