@@ -165,7 +165,7 @@ fn a_runs_measured_peak_stays_within_the_plans() {
     );
 }
 
-/// Where the plan sizes every exchange exactly (up to 2^20 elements), the allocator's peak must
+/// Where the plan sizes every exchange exactly (up to 2^22 rows of runs), the allocator's peak must
 /// come within small allocations of it:
 /// - with `pipeline = "auto"` a matmul's trial runs hold both of its prepared ways at once (in
 ///   rounds and gathered whole, each with its own buffers): a ring gather at 2-4 ranks, and

@@ -559,6 +559,44 @@ impl Peers<'_, '_> {
     }
 }
 
+/// The rows (runs before joining) that planning rank `me`'s part of the exchange from `from`
+/// to `to` visits, sending and receiving, found from the pieces' intervals alone: planning
+/// takes time in proportion. An axis of one element within a box counts as the fast one (more
+/// rows than planning visits there).
+pub fn rows(from: Side<'_>, to: &dyn Holdings, ranks: u64, me: u64) -> u64 {
+    let traverse = order(from.shape.len(), from.layout);
+    let Some(&fast) = traverse.first() else {
+        return 0;
+    };
+    let of = |common: Vec<Vec<Common>>| -> u64 {
+        (0..common.len())
+            .map(|ax| match ax == fast {
+                true => common[ax].len() as u64,
+                false => common[ax].iter().map(|c| c.hi - c.lo).sum(),
+            })
+            .fold(1u64, u64::saturating_mul)
+    };
+    let mut total = 0u64;
+    if let Some(src) = piece(&from, ranks, me) {
+        for q in (0..ranks).filter(|&q| sources(from.dist, q, ranks).contains(&me)) {
+            if let Some(dst) = piece(to, ranks, q) {
+                total = total.saturating_add(of(intersect(&src, &dst)));
+            }
+        }
+    }
+    if let Some(dst) = piece(to, ranks, me) {
+        for r in sources(from.dist, me, ranks)
+            .into_iter()
+            .filter(|&r| r != me)
+        {
+            if let Some(src) = piece(&from, ranks, r) {
+                total = total.saturating_add(of(intersect(&src, &dst)));
+            }
+        }
+    }
+    total
+}
+
 /// Runs that lay out a whole array held by this rank (in `whole_layout`) as P consecutive blocks,
 /// block q holding rank q's piece of `to` in `to`'s layout (blocks may differ in size, as uneven
 /// slabs do): the send buffer of a reduce-scatter.

@@ -239,22 +239,27 @@ impl Movement {
 }
 
 /// Rank counts up to which the plan sizes an exchange's scratch exactly (planning every rank's
-/// exchange takes time that grows with the square of the ranks, and with the runs it copies);
-/// above, or for a tensor of more than [`EXACT_ELEMENTS`], it counts each scratch buffer at its
-/// largest: the rank's whole piece sent, its whole piece received.
+/// exchange takes time that grows with the square of the ranks, and with the rows it visits);
+/// above, or where the ranks' exchanges visit more than [`EXACT_ROWS`], it counts each
+/// scratch buffer at its largest: the rank's whole piece sent, its whole piece received.
 pub const EXACT_RANKS: u64 = 64;
 
-/// Elements up to which the plan sizes an exchange's scratch exactly (see [`EXACT_RANKS`]).
-pub const EXACT_ELEMENTS: u64 = 1 << 20;
+/// Rows (runs before joining, see [`exchange::rows`]) of every rank's exchange (one rank's
+/// times the ranks) up to which the plan sizes it exactly (see [`EXACT_RANKS`]): a 1024^3
+/// tensor from slabs along x to slabs along y visits 7 x 2^16 a rank over 4 ranks, 2^15 over 64;
+/// small blocks of a large matrix, or many ranks of a larger tensor, more.
+pub const EXACT_ROWS: u64 = 1 << 22;
 
 /// Bytes a [`Staged`] movement from `from` to `to` holds on `rank`: its scratch buffers, its
 /// lists of runs (where sized exactly) and the piece it lands (see [`EXACT_RANKS`] and
-/// [`EXACT_ELEMENTS`]).
+/// [`EXACT_ROWS`]).
 pub fn staged_bytes(from: &TensorState, to: &dyn exchange::Holdings, ranks: u64, rank: u64) -> u64 {
     let elem = from.dtype.size();
     let landed = to.extents(rank, ranks).iter().product::<u64>() * elem;
-    let elements = from.shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d));
-    let exact = ranks <= EXACT_RANKS && elements.is_some_and(|n| n <= EXACT_ELEMENTS);
+    // (The rows are counted only for rank counts that may plan exactly: counting them visits
+    // every rank.)
+    let exact = ranks <= EXACT_RANKS
+        && exchange::rows(Side::of(from), to, ranks, rank).saturating_mul(ranks) <= EXACT_ROWS;
     // One rank exchanges nothing: what it keeps is copied straight into place.
     let scratch = if ranks == 1 {
         0

@@ -159,6 +159,48 @@ proptest! {
         let want = pieces(&to, ranks);
         prop_assert_eq!(got, want);
     }
+
+    #[test]
+    fn the_rows_a_plan_visits_bound_the_runs_it_makes(
+        (shape, ranks, d_from, l_from, d_to, l_to) in case()
+    ) {
+        let from = Side { dist: &d_from, shape: &shape, layout: l_from };
+        let to = Side { dist: &d_to, shape: &shape, layout: l_to };
+        for me in 0..ranks {
+            let ex = plan(from, &to, ranks, me);
+            let made = ex.pack.len() + ex.unpack.len() + ex.local.len();
+            prop_assert!(rows(from, &to, ranks, me) >= made as u64);
+        }
+    }
+}
+
+#[test]
+fn the_rows_of_slabs_to_slabs_are_one_per_line_and_peer() {
+    // 8 x 6 in C order, rows to columns over 2 ranks: rank 0 keeps 4 lines of 3 and packs 4
+    // for rank 1 (lines 6 apart: none joins), and visits 4 from rank 1, which land one after
+    // the other in its piece of 3 columns (one run).
+    let shape = [8u64, 6];
+    let (x, y) = (
+        Distribution::Slab(Axis::Index(0)),
+        Distribution::Slab(Axis::Index(1)),
+    );
+    let side = |dist| Side {
+        dist,
+        shape: &shape,
+        layout: Layout::C,
+    };
+    let ex = plan(side(&x), &side(&y), 2, 0);
+    assert_eq!((ex.local.len(), ex.pack.len(), ex.unpack.len()), (4, 4, 1));
+    assert_eq!(rows(side(&x), &side(&y), 2, 0), 12);
+    // A 1024^3 tensor over 4 ranks: 256 x 256 lines for each of 4 destinations, and as many
+    // from each of 3 sources.
+    let cube = [1024u64; 3];
+    let side = |dist| Side {
+        dist,
+        shape: &cube,
+        layout: Layout::C,
+    };
+    assert_eq!(rows(side(&x), &side(&y), 4, 1), 7 * 256 * 256);
 }
 
 #[test]
