@@ -72,6 +72,23 @@ def spec(p, nvshmem=False):
                  'distribution = { slab = "x" }\n')
         s.append(step(op="matmul", a=f"at_{dtype}", b=f"bt_{dtype}", out=f"dt_{dtype}", transpose_a=True))
         outs.append(f"dt_{dtype}")
+    # Gathered whole (pipeline pinned), which by NCCL alone goes by the copy engines within NCCL
+    # windows in two slices: b in F order by columns, a in C order by rows, W split evenly at 2,
+    # 3 and 4 ranks; and a conjugated, transposed b.
+    W = 264
+    for dtype in ["f16", "f32", "c128"]:
+        t.append(tensor(f"wa_{dtype}", (M, K), dtype, "{ slab = 0 }"))
+        t.append(tensor(f"wb_{dtype}", (K, W), dtype, "{ slab = 1 }", "F"))
+        s.append(step(op="matmul", a=f"wa_{dtype}", b=f"wb_{dtype}", out=f"wd_{dtype}",
+                      algorithm="ag_gemm", pipeline="whole"))
+        t.append(tensor(f"va_{dtype}", (W, K), dtype, "{ slab = 0 }"))
+        t.append(tensor(f"vb_{dtype}", (N, K), dtype, "{ slab = 0 }"))
+        t.append(f'[tensors.vd_{dtype}]\nshape = [{W}, {N}]\ndtype = "{dtype}"\nlayout = "C"\n'
+                 'distribution = { slab = 1 }\n')
+        s.append(step(op="matmul", a=f"va_{dtype}", b=f"vb_{dtype}", out=f"vd_{dtype}",
+                      transpose_b=True, conjugate_b=dtype == "c128", algorithm="ag_gemm",
+                      pipeline="whole"))
+        outs += [f"wd_{dtype}", f"vd_{dtype}"]
     # Epilogs with a bias, alpha/beta/c, conjugates (one needs a conjugated copy on the GPU).
     t.append(tensor("ea", (M, K), "f32", "{ slab = 1 }"))
     t.append(tensor("eb", (K, N), "f32", "{ slab = 0 }"))

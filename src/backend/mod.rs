@@ -145,6 +145,23 @@ pub trait Backend {
         from: &Parts,
         elem: usize,
     ) -> Result<()>;
+    /// A zeroed buffer of `bytes` (collective: the same size on every rank) within which
+    /// [`Backend::all_gather_window`] moves by the copy engines, the SMs left to the
+    /// computation it overlaps, where the backend can: NCCL 2.28 or later on GPUs that all
+    /// reach each other. None elsewhere.
+    fn window(&self, _bytes: usize) -> Result<Option<Self::Buf>> {
+        Ok(None)
+    }
+    /// The `bytes` of the [`Backend::window`] `win` from byte `offset`, as a buffer of their
+    /// own (the same memory, not a copy).
+    fn window_part(&self, _win: &Self::Buf, _offset: usize, _bytes: usize) -> Result<Self::Buf> {
+        anyhow::bail!("this backend has no windows")
+    }
+    /// An all-gather in place within the [`Backend::window`] `win`: the `count` bytes of rank r
+    /// at byte `at + r * count` to the same place on every rank (`at` the same everywhere).
+    fn all_gather_window(&self, _win: &mut Self::Buf, _at: usize, _count: usize) -> Result<()> {
+        anyhow::bail!("this backend has no windows")
+    }
     /// Element-wise reduction of every rank's `send` into every rank's `recv`.
     fn all_reduce(
         &self,

@@ -12,6 +12,7 @@ mod fill;
 mod lt;
 pub mod nvshmem;
 pub mod probe;
+mod window;
 
 use super::{Backend, Out, Puts, Rows};
 use crate::backend::work::{Addends, Phase, Run, RunGrid, Runs, View};
@@ -404,12 +405,9 @@ fn arch(ctx: &CudaContext) -> Result<&'static str> {
 /// The versions a run used, for the manifest: the CUDA the driver supports, NCCL, and NVSHMEM
 /// when started (e.g. "driver CUDA 13.0, NCCL 2.28.3, NVSHMEM 3.4.5").
 fn versions(nvshmem: Option<String>) -> String {
-    let (mut driver, mut nccl) = (0, 0);
-    // SAFETY: out-pointers to plain integers; both libraries are loaded (probed at start).
-    unsafe {
-        cudarc::driver::sys::cuDriverGetVersion(&mut driver);
-        nccl_sys::ncclGetVersion(&mut nccl);
-    }
+    let (mut driver, nccl) = (0, nccl_version());
+    // SAFETY: an out-pointer to a plain integer; the driver is loaded (probed at start).
+    unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut driver) };
     // NCCL 2.9+ encodes major*10000 + minor*100 + patch; the driver major*1000 + minor*10.
     let mut text = format!(
         "driver CUDA {}.{}, NCCL {}.{}.{}",
@@ -477,11 +475,13 @@ impl Kernels {
 
 /// A device buffer of `len` bytes (at least one byte is allocated: CUDA refuses empty ones),
 /// owned by cudarc or, when `sym` is set, a view of a buffer on NVSHMEM's symmetric heap (never
-/// freed alone: the heap is sized for every step's buffers).
+/// freed alone: the heap is sized for every step's buffers), or, when `window` is, a view of an
+/// NCCL window (freed with its last view).
 pub struct DevBuf {
     data: ManuallyDrop<CudaSlice<u8>>,
     len: usize,
     sym: Option<nvshmem::SymBuf>,
+    window: Option<Arc<window::Window>>,
 }
 
 impl DevBuf {
@@ -490,6 +490,7 @@ impl DevBuf {
             data: ManuallyDrop::new(data),
             len,
             sym: None,
+            window: None,
         }
     }
 }
@@ -503,6 +504,9 @@ impl Drop for DevBuf {
                 // rank failing alone would wait in it forever): the heap goes whole at the end.
                 ManuallyDrop::take(&mut self.data).leak();
                 std::mem::forget(sym);
+            } else if self.window.is_some() {
+                // NCCL's memory, freed by the window.
+                ManuallyDrop::take(&mut self.data).leak();
             } else {
                 ManuallyDrop::drop(&mut self.data);
             }
@@ -524,6 +528,8 @@ pub struct Cuda<'a> {
     kernels: Kernels,
     /// The NCCL communicator; none for one rank, whose collectives are local copies.
     nccl: Option<nccl_sys::ncclComm_t>,
+    /// Whether NCCL takes windows (see `window.rs`).
+    windows: bool,
     blas: OnceCell<cudarc::cublas::CudaBlas>,
     /// cuBLASLt, for GEMMs with a fused epilog (made on first use).
     lt: OnceCell<lt::Lt>,
@@ -651,8 +657,8 @@ fn cuda_started() -> bool {
 }
 
 /// The NCCL communicator over `comm` (collective): rank 0's unique id reaches every rank
-/// through the process group.
-fn nccl_comm(comm: &dyn Group) -> Result<nccl_sys::ncclComm_t> {
+/// through the process group; and whether it takes windows (NCCL 2.28 or later).
+fn nccl_comm(comm: &dyn Group) -> Result<(nccl_sys::ncclComm_t, bool)> {
     let (rank, size) = (comm.rank(), comm.size());
     let id = if rank == 0 {
         nccl::get_uniqueid().map_err(nccl_err)?
@@ -667,12 +673,34 @@ fn nccl_comm(comm: &dyn Group) -> Result<nccl_sys::ncclComm_t> {
         *d = s as _;
     }
     let mut raw = std::mem::MaybeUninit::uninit();
-    // SAFETY: a valid out-pointer; every rank calls this with the same id.
+    // Where NCCL has windows, a CTA policy of zero lets it move them by the copy engines (it
+    // changes nothing else: see `window.rs`).
+    let windows = nccl_version() >= window::FIRST_VERSION;
+    let mut config = window::config();
+    // SAFETY: valid out- and config pointers; every rank calls this with the same id.
     let nccl_comm = unsafe {
-        nccl::comm_init_rank(raw.as_mut_ptr(), size as i32, id, rank as i32).map_err(nccl_err)?;
+        match windows {
+            true => nccl::comm_init_rank_config(
+                raw.as_mut_ptr(),
+                size as i32,
+                id,
+                rank as i32,
+                &mut config,
+            ),
+            false => nccl::comm_init_rank(raw.as_mut_ptr(), size as i32, id, rank as i32),
+        }
+        .map_err(nccl_err)?;
         raw.assume_init()
     };
-    Ok(nccl_comm)
+    Ok((nccl_comm, windows))
+}
+
+/// NCCL's version, major * 10000 + minor * 100 + patch.
+fn nccl_version() -> i32 {
+    let mut v = 0;
+    // SAFETY: an out-pointer to a plain integer; NCCL is loaded (probed at start).
+    unsafe { nccl_sys::ncclGetVersion(&mut v) };
+    v
 }
 
 impl<'a> Cuda<'a> {
@@ -701,9 +729,12 @@ impl<'a> Cuda<'a> {
         let kernels = Kernels::compile(&ctx)?;
         clock.lap("kernels compiled");
         // One rank communicates with nobody: no communicator (half a second of start-up).
-        let nccl_comm = match comm.size() {
-            1 => None,
-            _ => Some(nccl_comm(comm)?),
+        let (nccl_comm, windows) = match comm.size() {
+            1 => (None, false),
+            _ => {
+                let (c, windows) = nccl_comm(comm)?;
+                (Some(c), windows)
+            }
         };
         if nccl_comm.is_some() {
             clock.lap("NCCL communicator");
@@ -724,6 +755,7 @@ impl<'a> Cuda<'a> {
             on_side: Cell::new(false),
             kernels,
             nccl: nccl_comm,
+            windows,
             blas: OnceCell::new(),
             lt: OnceCell::new(),
             nvshmem,
@@ -734,6 +766,22 @@ impl<'a> Cuda<'a> {
             name: format!("cuda:{ordinal} ({name}; {})", versions(nvshmem_version)),
             startup: clock.laps,
         })
+    }
+
+    /// The `bytes` of window `w` from byte `offset`, as a buffer.
+    fn window_buf(&self, w: &Arc<window::Window>, offset: usize, bytes: usize) -> DevBuf {
+        // SAFETY: inside the window (its callers check), this GPU's memory kept alive by the
+        // window's last view; DevBuf's drop leaks the slice instead of freeing it.
+        let data = unsafe {
+            self.stream
+                .upgrade_device_ptr::<u8>(w.ptr() + offset as u64, bytes.max(1))
+        };
+        DevBuf {
+            data: ManuallyDrop::new(data),
+            len: bytes,
+            sym: None,
+            window: Some(w.clone()),
+        }
     }
 
     /// The address of `buf` on the GPU.
@@ -1000,6 +1048,7 @@ impl Puts for Cuda<'_> {
             data: ManuallyDrop::new(data),
             len: bytes,
             sym: Some(sym),
+            window: None,
         };
         self.stream.memset_zeros(&mut buf.data.slice_mut(..))?;
         Ok(buf)
@@ -1031,6 +1080,7 @@ impl Puts for Cuda<'_> {
             data: ManuallyDrop::new(data),
             len: bytes,
             sym: Some(part),
+            window: None,
         })
     }
 
@@ -1264,6 +1314,57 @@ impl Backend for Cuda<'_> {
             }
         }
         nccl::group_end().map_err(nccl_err)?;
+        Ok(())
+    }
+
+    fn window(&self, bytes: usize) -> Result<Option<Self::Buf>> {
+        let Some(comm) = self.nccl.filter(|_| self.windows) else {
+            return Ok(None);
+        };
+        let w = Arc::new(window::Window::new(comm, bytes, &self.stream)?);
+        let mut buf = self.window_buf(&w, 0, bytes);
+        self.stream.memset_zeros(&mut buf.data.slice_mut(..))?;
+        Ok(Some(buf))
+    }
+
+    fn window_part(&self, win: &Self::Buf, offset: usize, bytes: usize) -> Result<Self::Buf> {
+        let Some(w) = &win.window else {
+            bail!("a part of a buffer that is no window");
+        };
+        anyhow::ensure!(
+            offset + bytes <= win.len,
+            "{bytes} bytes at {offset} of a window of {}",
+            win.len
+        );
+        Ok(self.window_buf(w, (self.ptr(win) - w.ptr()) as usize + offset, bytes))
+    }
+
+    fn all_gather_window(&self, win: &mut Self::Buf, at: usize, count: usize) -> Result<()> {
+        anyhow::ensure!(
+            win.window.is_some(),
+            "an all-gather within a buffer that is no window"
+        );
+        let end = at + count * self.ranks();
+        anyhow::ensure!(
+            end <= win.len,
+            "an all-gather to byte {end} of a window of {}",
+            win.len
+        );
+        let (w, _g) = win.data.device_ptr_mut(&self.stream);
+        let (send, recv) = (w as usize + at + self.rank() * count, w as usize + at);
+        // SAFETY: the window holds every rank's block (checked); NCCL queues on our stream.
+        unsafe {
+            nccl_sys::ncclAllGather(
+                send as *const _,
+                recv as *mut _,
+                count,
+                nccl_sys::ncclDataType_t::ncclUint8,
+                self.nccl()?,
+                self.raw_stream(),
+            )
+            .result()
+            .map_err(nccl_err)?;
+        }
         Ok(())
     }
 

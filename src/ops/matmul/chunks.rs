@@ -8,14 +8,20 @@
 //! spec's backends) each round is a put into the receiver's symmetric buffer, by the copy
 //! engines, so the GEMM keeps every SM; otherwise an NCCL exchange.
 //!
+//! Gathered whole (the other way a step's trials try), an operand moves by NCCL's all-gather
+//! where it can run within NCCL windows, by the copy engines ([`gathered`]): slice by slice of
+//! every rank's piece, the GEMM of the rank's own piece overlapping the first slice, each
+//! slice's GEMMs the next.
+//!
 //! SUMMA on a square grid moves whole pieces too, along grid columns (b) and grid rows (a); its
 //! chunks are slices of k that add into one product, the slice held here first.
 
-use crate::backend::work::View;
+use crate::backend::work::{Run, Runs, View};
 use crate::backend::{Backend, Puts, Rows, puts_of};
 use crate::dist::Placement;
 use crate::dist::TensorState;
 use crate::ops::exchange::{Custom, Intervals};
+use crate::spec::tensor::Layout;
 use crate::ops::movement::{Movement, Staged};
 use anyhow::Result;
 use std::collections::HashMap;
@@ -27,14 +33,25 @@ pub enum Arrival<B: Backend> {
     /// A put of every rank's own piece into `buf` of rank `to` (symmetric), then a signal to
     /// `to` that it has landed.
     Put { buf: B::Buf, to: usize },
+    /// One slice of every rank's piece, gathered within a window ([`Backend::window`], see
+    /// [`gathered`]): this rank's slice copied to its block of `slice` (`own`, from the
+    /// input), then an all-gather of `count` bytes a rank; `parts` views every rank's block.
+    Slice {
+        slice: B::Buf,
+        own: Runs,
+        elem: usize,
+        count: usize,
+        parts: Vec<B::Buf>,
+    },
 }
 
 impl<B: Backend> Arrival<B> {
-    /// The piece once arrived.
-    pub fn piece(&self) -> &B::Buf {
+    /// The piece once arrived (of a slice, rank `part`'s block).
+    pub fn piece(&self, part: usize) -> &B::Buf {
         match self {
             Arrival::Exchange(s) => &s.out,
             Arrival::Put { buf, .. } => buf,
+            Arrival::Slice { parts, .. } => &parts[part],
         }
     }
 
@@ -52,6 +69,10 @@ impl<B: Backend> Arrival<B> {
                 puts.signal(flags, at, value, *to)
             }
             (Arrival::Exchange(s), _) => s.run(b, input).map(|_| ()),
+            (Arrival::Slice { slice, own, elem, count, .. }, _) => {
+                b.copy_runs(input, slice, own, *elem)?;
+                b.all_gather_window(slice, 0, *count)
+            }
             (Arrival::Put { .. }, None) => anyhow::bail!("a put round without its signal"),
         }
     }
@@ -70,6 +91,8 @@ pub struct Chunk {
     pub a: Option<usize>,
     /// The round for b, likewise.
     pub b: Option<usize>,
+    /// Of a round that gathers a slice of every rank's piece, the rank whose block it is.
+    pub part: usize,
     /// Views of the two operands as this chunk uses them.
     pub va: View,
     pub vb: View,
@@ -89,6 +112,8 @@ pub struct Pipeline<B: Backend> {
     /// round never waits for a GEMM to finish on either side (a barrier kernel did: 1.3 ms).
     signals: Option<B::Buf>,
     runs: u32,
+    /// The rounds gather the operand whole, slice by slice ([`gathered`]), not in a ring.
+    pub whole: bool,
 }
 
 impl<B: Backend> Pipeline<B> {
@@ -105,6 +130,7 @@ impl<B: Backend> Pipeline<B> {
             chunks,
             signals,
             runs: 0,
+            whole: false,
         })
     }
 
@@ -306,6 +332,7 @@ pub fn ring<B: Backend>(
         chunks.push(Chunk {
             a,
             b: bm,
+            part: 0,
             va,
             vb,
             at,
@@ -313,6 +340,112 @@ pub fn ring<B: Backend>(
         });
     }
     Pipeline::new(b, rounds, chunks).map(Some)
+}
+
+/// Slices of every rank's piece that an operand gathered whole moves in (see [`gathered`]): the
+/// GEMM of this rank's own piece overlaps the first, each slice's GEMMs the next.
+const SLICES: usize = 2;
+
+/// The operand `which` (in `state`, used transposed or not) gathered whole within a window
+/// ([`Backend::window`]: by the copy engines, the SMs left to the GEMMs) in [`SLICES`]
+/// all-gathers, each of one slice of every rank's piece along the product's free axis; the
+/// GEMM of this rank's own piece (from its input) runs first, then each slice's, block by
+/// block, once gathered. Where the backend has windows but no puts (which move rings faster),
+/// and every rank's piece is one block of the free axis with the whole of k, stored with the
+/// free axis outermost (so that a slice is contiguous), all as wide and split evenly into the
+/// slices (then the window, a block per slice and rank, holds what the operand gathered whole
+/// would, which the plan counts); else None.
+pub fn gathered<B: Backend>(
+    b: &B,
+    which: Gathered,
+    state: &TensorState,
+    (transpose, conjugate): (bool, bool),
+    other: View,
+) -> Result<Option<Pipeline<B>>> {
+    let (ranks, rank) = (b.ranks(), b.rank());
+    let free = free_axis(which, transpose);
+    let outermost = match state.layout {
+        Layout::C => free == 0,
+        Layout::F => free == 1,
+    };
+    if b.puts().is_some() || !outermost || ring_rounds(which, state, transpose, ranks).is_none() {
+        return Ok(None);
+    }
+    let pieces = pieces_of(state, ranks);
+    let (k, elem) = (state.shape[1 - free] as usize, state.dtype.size() as usize);
+    let widest = pieces.iter().map(|iv| extent(iv, free)).max().unwrap_or(0);
+    let slices = SLICES.min(widest).max(1);
+    let w = widest / slices;
+    if slices * w * ranks != state.shape[free] as usize {
+        return Ok(None);
+    }
+    let count = w * k * elem;
+    let Some(win) = b.window(slices * ranks * count)? else {
+        return Ok(None);
+    };
+    let start = |q: usize| {
+        let iv = pieces[q].as_ref().and_then(|iv| iv[free].first());
+        iv.map_or(0, |&(lo, _)| lo as usize)
+    };
+    // A slice: w lines along the free axis, each of k elements.
+    let view = |n: usize| {
+        let (rows, cols) = if free == 0 { (n, k) } else { (k, n) };
+        View {
+            rows,
+            cols,
+            layout: state.layout,
+            transpose,
+            conjugate,
+        }
+    };
+    let at = |column: usize| match which {
+        Gathered::B => (0, column),
+        Gathered::A => (column, 0),
+    };
+    let chunk = |round: Option<usize>, part, va, vb, column| {
+        let (a, bm) = match which {
+            Gathered::B => (None, round),
+            Gathered::A => (round, None),
+        };
+        let (va, vb) = match which {
+            Gathered::B => (other, vb),
+            Gathered::A => (va, other),
+        };
+        Chunk {
+            a,
+            b: bm,
+            part,
+            va,
+            vb,
+            at: at(column),
+            accumulate: false,
+        }
+    };
+    let mine = view(slices * w);
+    let mut chunks = vec![chunk(None, 0, mine, mine, start(rank))];
+    let mut rounds = Vec::new();
+    let v = view(w);
+    for i in 0..slices {
+        let slice = b.window_part(&win, i * ranks * count, ranks * count)?;
+        let parts = (0..ranks)
+            .map(|q| b.window_part(&slice, q * count, count))
+            .collect::<Result<Vec<_>>>()?;
+        for q in (1..ranks).map(|s| (rank + s) % ranks) {
+            chunks.push(chunk(Some(i), q, v, v, start(q) + i * w));
+        }
+        let own = Run::contiguous(i * w * k, rank * w * k, w * k);
+        let arrival = Arrival::Slice {
+            slice,
+            own: own.into(),
+            elem,
+            count,
+            parts,
+        };
+        rounds.push(Round { of: which, arrival });
+    }
+    let mut pipeline = Pipeline::new(b, rounds, chunks)?;
+    pipeline.whole = true;
+    Ok(Some(pipeline))
 }
 
 /// For every rank, the ranks (in rank order) whose `key` of their piece equals its own.
@@ -443,6 +576,7 @@ pub fn summa<B: Backend>(
             Chunk {
                 a: (x != rank).then(|| round(&row[rank], x, 1)),
                 b: (y != rank).then(|| round(&col[rank], y, 0)),
+                part: 0,
                 va: View {
                     rows: m,
                     cols: k,

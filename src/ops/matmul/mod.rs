@@ -240,9 +240,10 @@ impl<B: Backend> PreparedMatmul<B> {
         })
     }
 
-    /// Whether an operand moves in rounds that overlap the GEMM.
+    /// Whether an operand moves in rounds that overlap the GEMM (not gathered whole, whether
+    /// or not slice by slice).
     pub fn in_rounds(&self) -> bool {
-        self.chunks.is_some()
+        self.chunks.as_ref().is_some_and(|p| !p.whole)
     }
 
     /// Runs the matmul once on the operands' buffers (a, b, c?, bias?): the GEMM (in chunks
@@ -312,8 +313,8 @@ impl<B: Backend> PreparedMatmul<B> {
             for r in [c.a, c.b].into_iter().flatten() {
                 pipeline.wait(b, r, &marks)?;
             }
-            let ca = c.a.map_or(pa, |r| rounds[r].arrival.piece());
-            let cb = c.b.map_or(pb, |r| rounds[r].arrival.piece());
+            let ca = c.a.map_or(pa, |r| rounds[r].arrival.piece(c.part));
+            let cb = c.b.map_or(pb, |r| rounds[r].arrival.piece(c.part));
             let block = (&mut *target.0, target.1, target.2, target.3);
             let (a, b_) = ((ca, c.va), (cb, c.vb));
             gemm_block(b, dtype, a, b_, alpha, block, (c.at, c.accumulate), fused)?;
@@ -406,20 +407,30 @@ fn operands<B: Backend>(
     let (target_a, target_b, reduction) = targets(step, choice, (sa, sb), out, b.ranks() as u64);
     let (mut a, mut bop) = (None, None);
     let way = in_rounds(choice.algorithm, (sa, sb), (&target_a, &target_b));
-    let chunks = match way.filter(|_| rounds) {
+    let chunks = match way {
         None => None,
-        Some(InRounds::Summa) => chunks::summa(b, sa, sb, (step.conjugate_a, step.conjugate_b))?,
-        Some(InRounds::Ring(Gathered::A)) => {
-            let other = Operand::new(b, sb, target_b.clone(), tb, step.conjugate_b)?;
-            let view = other.view;
-            bop = Some(other);
-            chunks::ring(b, Gathered::A, sa, (ta, step.conjugate_a), view)?
+        Some(InRounds::Summa) if rounds => {
+            chunks::summa(b, sa, sb, (step.conjugate_a, step.conjugate_b))?
         }
-        Some(InRounds::Ring(Gathered::B)) => {
-            let other = Operand::new(b, sa, target_a.clone(), ta, step.conjugate_a)?;
+        Some(InRounds::Summa) => None,
+        Some(InRounds::Ring(g)) => {
+            // The other operand moves as planned; this one arrives in a ring's rounds, or
+            // whole, slice by slice within a window where the backend has one.
+            let (ca, cb) = (step.conjugate_a, step.conjugate_b);
+            let ((kept, to, t, c), gathered) = match g {
+                Gathered::A => ((sb, &target_b, tb, cb), (sa, (ta, ca))),
+                Gathered::B => ((sa, &target_a, ta, ca), (sb, (tb, cb))),
+            };
+            let other = Operand::new(b, kept, to.clone(), t, c)?;
             let view = other.view;
-            a = Some(other);
-            chunks::ring(b, Gathered::B, sb, (tb, step.conjugate_b), view)?
+            match g {
+                Gathered::A => bop = Some(other),
+                Gathered::B => a = Some(other),
+            }
+            match rounds {
+                true => chunks::ring(b, g, gathered.0, gathered.1, view)?,
+                false => chunks::gathered(b, g, gathered.0, gathered.1, view)?,
+            }
         }
     };
     // A gathered operand that arrives in pieces stays where it is.
