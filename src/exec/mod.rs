@@ -21,6 +21,7 @@ use crate::plan::{Plan, Plans};
 use crate::runtime::{self, Context, Start};
 use crate::spec::Loaded;
 use crate::spec::model::{CommBackend, Device};
+use crate::spec::step::Timing;
 use anyhow::{Result, bail};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -343,25 +344,27 @@ fn execute<B: Backend>(b: &B, plan: &Plan, progress: &Progress) -> Result<Outcom
     })
 }
 
-/// One run after the ranks are brought into step: the slowest rank's time.
-fn once<B: Backend>(b: &B, run: &mut dyn FnMut() -> Result<()>) -> Result<f64> {
+/// `n` runs back to back after the ranks are brought into step: the slowest rank's time per
+/// run.
+fn back_to_back<B: Backend>(b: &B, n: u32, run: &mut dyn FnMut() -> Result<()>) -> Result<f64> {
     b.barrier()?;
     b.align()?;
-    let t = b.time(run)?;
+    let t = b.time(&mut || (0..n).try_for_each(|_| run()))?;
     b.synchronize()?;
-    b.max_over_ranks(t)
+    Ok(b.max_over_ranks(t)? / f64::from(n))
 }
 
 /// The choice between NCCL and NVSHMEM for a step whose data puts can move (a movement into a
 /// symmetric result, an FFT's transpose), by `trials`.
 pub(crate) fn pick_via<B: Backend, P>(
     b: &B,
+    timing: Timing,
     prepared: &mut P,
     set: impl Fn(&mut P, CommBackend),
     mut run: impl FnMut(&mut P) -> Result<()>,
 ) -> Result<Chosen<CommBackend>> {
     let vias = [CommBackend::Nccl, CommBackend::Nvshmem];
-    let times = trials(b, &mut |i| {
+    let times = trials(b, timing, &mut |i| {
         set(prepared, vias[i]);
         run(prepared)
     })?;
@@ -379,15 +382,24 @@ const TRIAL_RUNS: usize = 3;
 /// Trials of two ways to run a step (`run(0)`, `run(1)`) before the step's own runs: each way
 /// runs `TRIAL_RUNS` times, the two in turn, so both meet the GPUs alike warm (a long GEMM
 /// lowers the clocks of the runs after it); a way's time is the median of its runs' slowest
-/// rank's times, which ignores its first run's warm-up and the luck of one fast run.
+/// rank's times, which ignores its first run's warm-up and the luck of one fast run. Where the
+/// step is timed `queued`, each of those is two runs back to back, as its iterations run: a way
+/// whose run waits for the one before it (an NCCL round queued behind the last run's GEMMs)
+/// is slower so than alone (4 H200s: a matmul in rounds 5.66 ms alone, 6.53 queued, where
+/// gathered whole it took 5.68 either way).
 pub(crate) fn trials<B: Backend>(
     b: &B,
+    timing: Timing,
     run: &mut dyn FnMut(usize) -> Result<()>,
 ) -> Result<[f64; 2]> {
+    let runs = match timing {
+        Timing::Queued => 2,
+        _ => 1,
+    };
     let mut times = [Vec::new(), Vec::new()];
     for _ in 0..TRIAL_RUNS {
         for (i, t) in times.iter_mut().enumerate() {
-            t.push(once(b, &mut || run(i))?);
+            t.push(back_to_back(b, runs, &mut || run(i))?);
         }
     }
     Ok(times.map(|mut t| {

@@ -3,7 +3,7 @@
 //! [`Op::run`](crate::ops::Op::run) does the rest.
 
 use super::progress::Progress;
-use super::{StepRecord, once};
+use super::{StepRecord, back_to_back};
 use crate::backend::Backend;
 use crate::dist::TensorState;
 use crate::plan::StepPlan;
@@ -85,6 +85,11 @@ impl<'a, B: Backend> StepRun<'a, B> {
         self.planned.step.common().check
     }
 
+    /// How the step's iterations are timed (its trials run alike).
+    pub fn timing(&self) -> Timing {
+        self.planned.step.common().timing
+    }
+
     /// Runs the step's warm-up and timed iterations; each time is the slowest rank's.
     pub fn timed(&self, mut run: impl FnMut() -> Result<()>) -> Result<Vec<f64>> {
         let (b, common) = (self.b, self.planned.step.common());
@@ -92,18 +97,14 @@ impl<'a, B: Backend> StepRun<'a, B> {
             for _ in 0..common.warmup {
                 run()?;
             }
-            b.barrier()?;
-            b.align()?;
             let n = common.iterations;
-            let t = b.time(&mut || (0..n).try_for_each(|_| run()))?;
-            b.synchronize()?;
-            let t = b.max_over_ranks(t)? / f64::from(n);
+            let t = back_to_back(b, n, &mut run)?;
             self.progress.iteration(common.warmup, t);
             return Ok(vec![t; n as usize]);
         }
         let mut times = Vec::with_capacity(common.iterations as usize);
         for k in 0..common.warmup + common.iterations {
-            let t = once(b, &mut run)?;
+            let t = back_to_back(b, 1, &mut run)?;
             if k >= common.warmup {
                 times.push(t);
             }

@@ -275,7 +275,13 @@ fn run_collective<B: Backend, C: Collective>(c: &C, run: &mut StepRun<'_, B>) ->
     let mut prepared = Prepared::new(b, kernel, m.input, m.output, dest)?;
     if prepared.can_put() {
         let trial = |p: &mut Prepared<B>| p.run(b, input);
-        run.record.via = Some(pick_via(b, &mut prepared, Prepared::set_via, trial)?);
+        run.record.via = Some(pick_via(
+            b,
+            run.timing(),
+            &mut prepared,
+            Prepared::set_via,
+            trial,
+        )?);
     }
     run.record.times = run.timed(|| prepared.run(b, input))?;
     let sent = b.max_over_ranks(prepared.sent_bytes as f64)?;

@@ -106,7 +106,7 @@ impl Op for Fft {
         let mut prepared = PreparedFft::new(b, self, in_state, out_state)?;
         if prepared.can_put() {
             let trial = |p: &mut PreparedFft<B>| p.run(b, input);
-            run.record.via = Some(pick_via(b, &mut prepared, PreparedFft::set_via, trial)?);
+            run.record.via = Some(pick_via(b, run.timing(), &mut prepared, PreparedFft::set_via, trial)?);
         }
         run.record.times = run.timed(|| prepared.run(b, input))?;
         run.record.batches = prepared.batches();

@@ -13,7 +13,7 @@ use crate::plan::StepPlan;
 use crate::plan::figures::Figures;
 use crate::plan::memory::Needs;
 use crate::plan::resolve::Resolver;
-use crate::spec::step::StepCommon;
+use crate::spec::step::{StepCommon, Timing};
 use anyhow::Result;
 
 impl Op for Matmul {
@@ -91,7 +91,7 @@ impl Op for Matmul {
             let mut trials = None;
             if self.pipeline == MatmulPipeline::Auto {
                 let ways = [prepared, prepare(false)?];
-                let (faster, times) = pick_pipeline(b, ways, &inputs)?;
+                let (faster, times) = pick_pipeline(b, run.timing(), ways, &inputs)?;
                 (prepared, trials) = (faster, Some(times));
             }
             let way = match prepared.in_rounds() {
@@ -137,10 +137,11 @@ impl Matmul {
 /// (`ways`, in that order), by trial runs; returns the kept one and both trial times.
 fn pick_pipeline<B: Backend>(
     b: &B,
+    timing: Timing,
     mut ways: [PreparedMatmul<B>; 2],
     inputs: &[&B::Buf],
 ) -> Result<(PreparedMatmul<B>, [f64; 2])> {
-    let times = trials(b, &mut |i| ways[i].run(b, inputs))?;
+    let times = trials(b, timing, &mut |i| ways[i].run(b, inputs))?;
     let [rounds, whole] = ways;
     Ok((if times[0] <= times[1] { rounds } else { whole }, times))
 }
