@@ -5,8 +5,8 @@
 //! same point) is a window. On a communicator whose CTA policy is zero, NCCL runs an all-gather
 //! (or all-to-all) within windows of GPUs that all reach each other directly (one node) by the
 //! copy engines, each rank writing into its peers' windows, with no kernel: the SMs stay with
-//! the GEMMs it overlaps. Elsewhere (peers not all direct, CUDA's
-//! virtual memory off in NCCL) NCCL still moves windows correctly, by its kernels.
+//! the GEMMs it overlaps. Elsewhere (peers not all direct, CUDA's virtual memory off in NCCL)
+//! NCCL still moves windows correctly, by its kernels.
 
 use anyhow::{Result, anyhow};
 use cudarc::driver::CudaStream;
@@ -29,6 +29,8 @@ pub fn config() -> nccl_sys::ncclConfig_t {
     nccl_sys::ncclConfig_t {
         size: std::mem::size_of::<nccl_sys::ncclConfig_t>(),
         magic: 0xcafe_beef,
+        // The struct as NCCL 2.28.3 lays it out (cudarc's has its fields, and a few later
+        // ones that NCCL reads only from newer versions).
         version: FIRST_VERSION as u32 + 3,
         blocking: UNDEF,
         cgaClusterSize: UNDEF,
