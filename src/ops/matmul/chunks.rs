@@ -346,15 +346,99 @@ pub fn ring<B: Backend>(
 /// GEMM of this rank's own piece overlaps the first, each slice's GEMMs the next.
 const SLICES: usize = 2;
 
+/// How [`gathered`] slices an operand: every rank's piece is `slices` slices of `w` lines along
+/// the product's free axis (storage axis `free`), each line `k` elements, stored one after the
+/// other; block (i, q) of the window, at element `(i * P + q) * w * k`, holds slice i of rank
+/// q's piece once gathered.
+#[derive(Debug, PartialEq, Eq)]
+struct Slicing {
+    free: usize,
+    k: usize,
+    slices: usize,
+    w: usize,
+    /// Where each rank's piece starts along the free axis.
+    starts: Vec<usize>,
+}
+
+/// One GEMM of a gathered operand: the round whose slice it multiplies (None: the rank's own
+/// piece, from its input), the rank whose block it is, its lines, and where they start along
+/// the product's free axis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Block {
+    round: Option<usize>,
+    part: usize,
+    lines: usize,
+    start: usize,
+}
+
+impl Slicing {
+    /// Where every rank's piece of `state` (the operand `which`, used transposed or not) is
+    /// one block of the free axis with the whole of k, stored with the free axis outermost (a
+    /// slice is then contiguous), all as wide and split evenly into the slices (then the
+    /// window holds what the operand gathered whole would, which the plan counts); else None.
+    fn of(which: Gathered, state: &TensorState, transpose: bool, ranks: usize) -> Option<Self> {
+        let free = free_axis(which, transpose);
+        let outermost = match state.layout {
+            Layout::C => free == 0,
+            Layout::F => free == 1,
+        };
+        ring_rounds(which, state, transpose, ranks).filter(|_| outermost)?;
+        let pieces = pieces_of(state, ranks);
+        let widest = pieces.iter().map(|iv| extent(iv, free)).max().unwrap_or(0);
+        let slices = SLICES.min(widest).max(1);
+        let w = widest / slices;
+        let starts = pieces.iter().map(|iv| {
+            let first = iv.as_ref().and_then(|iv| iv[free].first());
+            first.map_or(0, |&(lo, _)| lo as usize)
+        });
+        (slices * w * ranks == state.shape[free] as usize).then(|| Slicing {
+            free,
+            k: state.shape[1 - free] as usize,
+            slices,
+            w,
+            starts: starts.collect(),
+        })
+    }
+
+    /// Elements of one block.
+    fn count(&self) -> usize {
+        self.w * self.k
+    }
+
+    /// Slice i of `rank`'s input copied to its block of the slice's all-gather (elements from
+    /// that slice's start).
+    fn own(&self, rank: usize, i: usize) -> Run {
+        Run::contiguous(i * self.count(), rank * self.count(), self.count())
+    }
+
+    /// `rank`'s GEMMs in the order they run: its own piece, then each slice's blocks of the
+    /// other ranks (in ring order from it).
+    fn blocks(&self, rank: usize) -> Vec<Block> {
+        let ranks = self.starts.len();
+        let own = Block {
+            round: None,
+            part: rank,
+            lines: self.slices * self.w,
+            start: self.starts[rank],
+        };
+        let others = (0..self.slices).flat_map(|i| {
+            (1..ranks).map(move |s| (rank + s) % ranks).map(move |q| Block {
+                round: Some(i),
+                part: q,
+                lines: self.w,
+                start: self.starts[q] + i * self.w,
+            })
+        });
+        std::iter::once(own).chain(others).collect()
+    }
+}
+
 /// The operand `which` (in `state`, used transposed or not) gathered whole within a window
 /// ([`Backend::window`]: by the copy engines, the SMs left to the GEMMs) in [`SLICES`]
 /// all-gathers, each of one slice of every rank's piece along the product's free axis; the
 /// GEMM of this rank's own piece (from its input) runs first, then each slice's, block by
-/// block, once gathered. Where the backend has windows but no puts (which move rings faster),
-/// and every rank's piece is one block of the free axis with the whole of k, stored with the
-/// free axis outermost (so that a slice is contiguous), all as wide and split evenly into the
-/// slices (then the window, a block per slice and rank, holds what the operand gathered whole
-/// would, which the plan counts); else None.
+/// block, once gathered ([`Slicing`]). Where the backend has windows but no puts (which move
+/// rings faster) and the pieces slice so; else None.
 pub fn gathered<B: Backend>(
     b: &B,
     which: Gathered,
@@ -363,87 +447,57 @@ pub fn gathered<B: Backend>(
     other: View,
 ) -> Result<Option<Pipeline<B>>> {
     let (ranks, rank) = (b.ranks(), b.rank());
-    let free = free_axis(which, transpose);
-    let outermost = match state.layout {
-        Layout::C => free == 0,
-        Layout::F => free == 1,
-    };
-    if b.puts().is_some() || !outermost || ring_rounds(which, state, transpose, ranks).is_none() {
-        return Ok(None);
-    }
-    let pieces = pieces_of(state, ranks);
-    let (k, elem) = (state.shape[1 - free] as usize, state.dtype.size() as usize);
-    let widest = pieces.iter().map(|iv| extent(iv, free)).max().unwrap_or(0);
-    let slices = SLICES.min(widest).max(1);
-    let w = widest / slices;
-    if slices * w * ranks != state.shape[free] as usize {
-        return Ok(None);
-    }
-    let count = w * k * elem;
-    let Some(win) = b.window(slices * ranks * count)? else {
+    let Some(sl) = Slicing::of(which, state, transpose, ranks).filter(|_| b.puts().is_none())
+    else {
         return Ok(None);
     };
-    let start = |q: usize| {
-        let iv = pieces[q].as_ref().and_then(|iv| iv[free].first());
-        iv.map_or(0, |&(lo, _)| lo as usize)
+    let elem = state.dtype.size() as usize;
+    let count = sl.count() * elem;
+    let Some(win) = b.window(sl.slices * ranks * count)? else {
+        return Ok(None);
     };
-    // A slice: w lines along the free axis, each of k elements.
-    let view = |n: usize| {
-        let (rows, cols) = if free == 0 { (n, k) } else { (k, n) };
-        View {
+    let chunks = sl.blocks(rank).into_iter().map(|blk| {
+        let (rows, cols) = match sl.free {
+            0 => (blk.lines, sl.k),
+            _ => (sl.k, blk.lines),
+        };
+        let view = View {
             rows,
             cols,
             layout: state.layout,
             transpose,
             conjugate,
-        }
-    };
-    let at = |column: usize| match which {
-        Gathered::B => (0, column),
-        Gathered::A => (column, 0),
-    };
-    let chunk = |round: Option<usize>, part, va, vb, column| {
-        let (a, bm) = match which {
-            Gathered::B => (None, round),
-            Gathered::A => (round, None),
         };
-        let (va, vb) = match which {
-            Gathered::B => (other, vb),
-            Gathered::A => (va, other),
+        let (a, b, va, vb, at) = match which {
+            Gathered::B => (None, blk.round, other, view, (0, blk.start)),
+            Gathered::A => (blk.round, None, view, other, (blk.start, 0)),
         };
         Chunk {
             a,
-            b: bm,
-            part,
+            b,
+            part: blk.part,
             va,
             vb,
-            at: at(column),
+            at,
             accumulate: false,
         }
-    };
-    let mine = view(slices * w);
-    let mut chunks = vec![chunk(None, 0, mine, mine, start(rank))];
+    });
     let mut rounds = Vec::new();
-    let v = view(w);
-    for i in 0..slices {
+    for i in 0..sl.slices {
         let slice = b.window_part(&win, i * ranks * count, ranks * count)?;
         let parts = (0..ranks)
             .map(|q| b.window_part(&slice, q * count, count))
             .collect::<Result<Vec<_>>>()?;
-        for q in (1..ranks).map(|s| (rank + s) % ranks) {
-            chunks.push(chunk(Some(i), q, v, v, start(q) + i * w));
-        }
-        let own = Run::contiguous(i * w * k, rank * w * k, w * k);
         let arrival = Arrival::Slice {
             slice,
-            own: own.into(),
+            own: sl.own(rank, i).into(),
             elem,
             count,
             parts,
         };
         rounds.push(Round { of: which, arrival });
     }
-    let mut pipeline = Pipeline::new(b, rounds, chunks)?;
+    let mut pipeline = Pipeline::new(b, rounds, chunks.collect())?;
     pipeline.whole = true;
     Ok(Some(pipeline))
 }
@@ -626,6 +680,83 @@ mod tests {
             (0..ranks).map(|q| p.intervals(q).unwrap()).collect()
         };
         (of([m, k], a), of([k, n], b))
+    }
+
+    #[test]
+    fn slices_gathered_in_a_window_give_every_gemm_its_lines() {
+        use crate::spec::tensor::DType;
+        // b gathered by columns in F order, a by rows in C order: lines of k along the free
+        // axis, contiguous. Element (line x, j) of the whole operand is x * k + j + 1.
+        for (which, layout, ranks, lines, k) in [
+            (Gathered::B, Layout::F, 2, 12, 5),
+            (Gathered::B, Layout::F, 4, 16, 3),
+            (Gathered::A, Layout::C, 3, 18, 7),
+            (Gathered::A, Layout::C, 4, 8, 2),
+        ] {
+            let free = free_axis(which, false);
+            let mut shape = [k as u64; 2];
+            shape[free] = lines as u64;
+            let state = TensorState {
+                shape: shape.to_vec(),
+                dtype: DType::F32,
+                layout,
+                dist: Distribution::slab(free),
+            };
+            let sl = Slicing::of(which, &state, false, ranks).expect("even pieces slice");
+            let (count, slices) = (sl.count(), sl.slices);
+            let input = |q: usize| -> Vec<u64> {
+                let n = slices * sl.w;
+                (0..n * k).map(|e| ((sl.starts[q] + e / k) * k + e % k) as u64 + 1).collect()
+            };
+            // Each rank copies its slice i to its block, then the all-gather gives every rank
+            // every rank's block.
+            let mut window = vec![vec![0u64; slices * ranks * count]; ranks];
+            for i in 0..slices {
+                for (q, win) in window.iter_mut().enumerate() {
+                    let r = sl.own(q, i);
+                    let at = i * ranks * count;
+                    win[at + r.dst..at + r.dst + r.count]
+                        .copy_from_slice(&input(q)[r.src..r.src + r.count]);
+                }
+                for q in 0..ranks {
+                    let at = (i * ranks + q) * count;
+                    let block = window[q][at..at + count].to_vec();
+                    for win in window.iter_mut() {
+                        win[at..at + count].copy_from_slice(&block);
+                    }
+                }
+            }
+            for (me, win) in window.iter().enumerate() {
+                let mut seen = vec![0; lines];
+                for blk in sl.blocks(me) {
+                    let data = match blk.round {
+                        None => input(me),
+                        Some(i) => {
+                            let at = (i * ranks + blk.part) * count;
+                            win[at..at + count].to_vec()
+                        }
+                    };
+                    assert_eq!(data.len(), blk.lines * k);
+                    for (e, &v) in data.iter().enumerate() {
+                        let want = ((blk.start + e / k) * k + e % k) as u64 + 1;
+                        assert_eq!(v, want, "{which:?} {ranks} ranks, rank {me}, {blk:?}");
+                    }
+                    (blk.start..blk.start + blk.lines).for_each(|x| seen[x] += 1);
+                }
+                assert!(seen.iter().all(|&n| n == 1), "rank {me}: {seen:?}");
+            }
+        }
+        // Uneven pieces, or lines not outermost in storage, gather in one exchange.
+        let state = |lines: u64, layout| TensorState {
+            shape: vec![4, lines],
+            dtype: DType::F32,
+            layout,
+            dist: Distribution::slab(1),
+        };
+        assert!(Slicing::of(Gathered::B, &state(12, Layout::F), false, 4).is_none());
+        assert!(Slicing::of(Gathered::B, &state(16, Layout::C), false, 4).is_none());
+        assert!(Slicing::of(Gathered::B, &state(16, Layout::F), false, 1).is_none());
+        assert!(Slicing::of(Gathered::B, &state(16, Layout::F), false, 4).is_some());
     }
 
     #[test]
