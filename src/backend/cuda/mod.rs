@@ -528,8 +528,6 @@ pub struct Cuda<'a> {
     kernels: Kernels,
     /// The NCCL communicator; none for one rank, whose collectives are local copies.
     nccl: Option<nccl_sys::ncclComm_t>,
-    /// Whether NCCL takes windows (see `window.rs`).
-    windows: bool,
     blas: OnceCell<cudarc::cublas::CudaBlas>,
     /// cuBLASLt, for GEMMs with a fused epilog (made on first use).
     lt: OnceCell<lt::Lt>,
@@ -657,8 +655,8 @@ fn cuda_started() -> bool {
 }
 
 /// The NCCL communicator over `comm` (collective): rank 0's unique id reaches every rank
-/// through the process group; and whether it takes windows (NCCL 2.28 or later).
-fn nccl_comm(comm: &dyn Group) -> Result<(nccl_sys::ncclComm_t, bool)> {
+/// through the process group.
+fn nccl_comm(comm: &dyn Group) -> Result<nccl_sys::ncclComm_t> {
     let (rank, size) = (comm.rank(), comm.size());
     let id = if rank == 0 {
         nccl::get_uniqueid().map_err(nccl_err)?
@@ -675,11 +673,10 @@ fn nccl_comm(comm: &dyn Group) -> Result<(nccl_sys::ncclComm_t, bool)> {
     let mut raw = std::mem::MaybeUninit::uninit();
     // Where NCCL has windows, a CTA policy of zero lets it move them by the copy engines (it
     // changes nothing else: see `window.rs`).
-    let windows = nccl_version() >= window::FIRST_VERSION;
     let mut config = window::config();
     // SAFETY: valid out- and config pointers; every rank calls this with the same id.
     let nccl_comm = unsafe {
-        match windows {
+        match window::supported() {
             true => nccl::comm_init_rank_config(
                 raw.as_mut_ptr(),
                 size as i32,
@@ -692,7 +689,7 @@ fn nccl_comm(comm: &dyn Group) -> Result<(nccl_sys::ncclComm_t, bool)> {
         .map_err(nccl_err)?;
         raw.assume_init()
     };
-    Ok((nccl_comm, windows))
+    Ok(nccl_comm)
 }
 
 /// NCCL's version, major * 10000 + minor * 100 + patch.
@@ -729,12 +726,9 @@ impl<'a> Cuda<'a> {
         let kernels = Kernels::compile(&ctx)?;
         clock.lap("kernels compiled");
         // One rank communicates with nobody: no communicator (half a second of start-up).
-        let (nccl_comm, windows) = match comm.size() {
-            1 => (None, false),
-            _ => {
-                let (c, windows) = nccl_comm(comm)?;
-                (Some(c), windows)
-            }
+        let nccl_comm = match comm.size() {
+            1 => None,
+            _ => Some(nccl_comm(comm)?),
         };
         if nccl_comm.is_some() {
             clock.lap("NCCL communicator");
@@ -755,7 +749,6 @@ impl<'a> Cuda<'a> {
             on_side: Cell::new(false),
             kernels,
             nccl: nccl_comm,
-            windows,
             blas: OnceCell::new(),
             lt: OnceCell::new(),
             nvshmem,
@@ -1318,10 +1311,10 @@ impl Backend for Cuda<'_> {
     }
 
     fn window(&self, bytes: usize) -> Result<Option<Self::Buf>> {
-        let Some(comm) = self.nccl.filter(|_| self.windows) else {
+        let Some(comm) = self.nccl.filter(|_| window::supported()) else {
             return Ok(None);
         };
-        let w = Arc::new(window::Window::new(comm, bytes, &self.stream)?);
+        let w = Arc::new(window::Window::new(comm, bytes, self.stream.context())?);
         let mut buf = self.window_buf(&w, 0, bytes);
         self.stream.memset_zeros(&mut buf.data.slice_mut(..))?;
         Ok(Some(buf))

@@ -9,7 +9,7 @@
 //! NCCL still moves windows correctly, by its kernels.
 
 use anyhow::{Result, anyhow};
-use cudarc::driver::CudaStream;
+use cudarc::driver::CudaContext;
 use cudarc::nccl::sys as nccl_sys;
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -20,7 +20,12 @@ const WIN_COLL_SYMMETRIC: i32 = 0x01;
 const CTA_POLICY_ZERO: i32 = 0x02;
 /// The first NCCL (major * 10000 + minor * 100 + patch) with copy-engine collectives within
 /// windows.
-pub const FIRST_VERSION: i32 = 22800;
+const FIRST_VERSION: i32 = 22800;
+
+/// Whether the NCCL loaded takes windows (2.28 or later).
+pub fn supported() -> bool {
+    super::nccl_version() >= FIRST_VERSION
+}
 
 /// The configuration of a communicator that moves windows by the copy engines (NCCL's
 /// `NCCL_CONFIG_INITIALIZER` with the CTA policy zero): every other field left to NCCL.
@@ -59,7 +64,7 @@ pub struct Window {
     comm: usize,
     win: usize,
     ptr: usize,
-    stream: Arc<CudaStream>,
+    ctx: Arc<CudaContext>,
 }
 
 fn check(what: &str, r: nccl_sys::ncclResult_t) -> Result<()> {
@@ -72,7 +77,7 @@ fn check(what: &str, r: nccl_sys::ncclResult_t) -> Result<()> {
 impl Window {
     /// Allocates `bytes` (at least one) and registers them on `comm` (collective: every rank
     /// of `comm` calls it with the same size, windows in the same order).
-    pub fn new(comm: nccl_sys::ncclComm_t, bytes: usize, stream: &Arc<CudaStream>) -> Result<Self> {
+    pub fn new(comm: nccl_sys::ncclComm_t, bytes: usize, ctx: &Arc<CudaContext>) -> Result<Self> {
         let bytes = bytes.max(1);
         let mut ptr = std::ptr::null_mut();
         // SAFETY: an out-pointer; NCCL allocates on the current GPU (this rank's context).
@@ -93,7 +98,7 @@ impl Window {
             comm: comm as usize,
             win: win as usize,
             ptr: ptr as usize,
-            stream: stream.clone(),
+            ctx: ctx.clone(),
         })
     }
 
@@ -107,7 +112,7 @@ impl Drop for Window {
     fn drop(&mut self) {
         // Queued copies may still read or write it (a peer's writes into it are done once this
         // rank's all-to-all is: NCCL waits for every peer's copies before it completes).
-        let _ = self.stream.context().synchronize();
+        let _ = self.ctx.synchronize();
         // SAFETY: the window and allocation made in `new`, released once.
         unsafe {
             nccl_sys::ncclCommWindowDeregister(self.comm as _, self.win as _);
