@@ -60,6 +60,9 @@ pub struct StepRecord {
     /// How a matmul's gathered operand traveled where it could go in rounds (`Rounds` or
     /// `Whole`), with the trial times (rounds, whole) where trial runs chose.
     pub pipeline: Option<Chosen<MatmulPipeline>>,
+    /// Where that operand, gathered whole, moved slice by slice within NCCL windows (by the
+    /// copy engines, under the GEMMs), the slices.
+    pub window_slices: Option<usize>,
     /// How many batches each batched transpose of an FFT ran in, in order (none where every
     /// move went whole).
     pub batches: Vec<usize>,

@@ -108,9 +108,10 @@ impl Progress {
             ));
         }
         if let Some(Chosen { way, trials }) = record.pipeline {
-            line.push_str(match way {
-                MatmulPipeline::Rounds => ", in rounds",
-                _ => ", in one exchange",
+            line.push_str(&match (way, record.window_slices) {
+                (MatmulPipeline::Rounds, _) => ", in rounds".to_string(),
+                (_, Some(n)) => format!(", whole in {n} slices within NCCL windows"),
+                _ => ", in one exchange".to_string(),
             });
             if let Some([rounds, whole]) = trials {
                 line.push_str(&format!(

@@ -51,6 +51,7 @@ impl<'a, B: Backend> StepRun<'a, B> {
             check: None,
             via: None,
             pipeline: None,
+            window_slices: None,
             batches: Vec::new(),
         };
         StepRun {

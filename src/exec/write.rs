@@ -441,6 +441,7 @@ fn step_record(s: &super::StepRecord, planned: &crate::plan::StepPlan) -> manife
             chosen: way.name().to_string(),
             rounds_s: trials.map(|t| t[0]),
             whole_s: trials.map(|t| t[1]),
+            window_slices: s.window_slices,
         }),
         batches: s.batches.clone(),
     }

@@ -155,6 +155,10 @@ pub struct PipelineRecord {
     /// The median of three trial runs in one exchange, likewise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub whole_s: Option<f64>,
+    /// Where the operand gathered whole moved slice by slice within NCCL windows (by the copy
+    /// engines, under the GEMMs): the slices.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_slices: Option<usize>,
 }
 
 /// The choice between NCCL and NVSHMEM puts for one step.

@@ -246,6 +246,14 @@ impl<B: Backend> PreparedMatmul<B> {
         self.chunks.as_ref().is_some_and(|p| !p.whole)
     }
 
+    /// Where the operand is gathered whole slice by slice within NCCL windows, the slices.
+    pub fn window_slices(&self) -> Option<usize> {
+        self.chunks
+            .as_ref()
+            .filter(|p| p.whole)
+            .map(|p| p.rounds.len())
+    }
+
     /// Runs the matmul once on the operands' buffers (a, b, c?, bias?): the GEMM (in chunks
     /// where an operand moves in rounds), the reduction of partial products, the addends and
     /// activation, the move to the result's distribution.

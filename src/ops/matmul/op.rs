@@ -87,13 +87,15 @@ impl Op for Matmul {
             PreparedMatmul::new(b, self, choice, states, out_state, ways)
         };
         let mut prepared = prepare(self.pipeline != MatmulPipeline::Whole)?;
-        if prepared.in_rounds() {
-            let mut trials = None;
-            if self.pipeline == MatmulPipeline::Auto {
-                let ways = [prepared, prepare(false)?];
-                let (faster, times) = pick_pipeline(b, run.timing(), ways, &inputs)?;
-                (prepared, trials) = (faster, Some(times));
-            }
+        let (could, mut trials) = (prepared.in_rounds(), None);
+        if could && self.pipeline == MatmulPipeline::Auto {
+            let ways = [prepared, prepare(false)?];
+            let (faster, times) = pick_pipeline(b, run.timing(), ways, &inputs)?;
+            (prepared, trials) = (faster, Some(times));
+        }
+        // Recorded where the operand could move in rounds, or moves whole slice by slice.
+        run.record.window_slices = prepared.window_slices();
+        if could || run.record.window_slices.is_some() {
             let way = match prepared.in_rounds() {
                 true => MatmulPipeline::Rounds,
                 false => MatmulPipeline::Whole,
