@@ -2,8 +2,9 @@
 // source (kernels.cu, written beside this file by the test that compiles it) with the few
 // CUDA names they use stood in for, and every block runs as 32 x 8 threads that meet at each
 // __syncthreads (a std::barrier). Each kernel copies grids of every shape class (whole tiles,
-// edges, lines shorter than a word, batches, offset starts) both ways across, and every element
-// must land where the grid says, with nothing written elsewhere. Exit status 0 when all do.
+// edges, lines shorter than a word, batches, offset starts) both ways across (the shifted
+// kernels, lines starting anywhere in a word, alongside too), and every element must land where
+// the grid says, with nothing written elsewhere. Exit status 0 when all do.
 #include <barrier>
 #include <cstdint>
 #include <cstdio>
@@ -36,6 +37,27 @@ inline unsigned int __byte_perm(unsigned int x, unsigned int y, unsigned int s) 
     unsigned int r = 0;
     for (int n = 0; n < 4; n++) r |= (unsigned int)(v >> (8 * ((s >> (4 * n)) & 7)) & 0xff) << (8 * n);
     return r;
+}
+
+// A warp's shuffles: every thread of the block calls them together (the kernels do, outside any
+// branch), each leaving its value in a slot the others read between two barriers.
+static unsigned int shuffle_slots[256];
+inline unsigned int shuffle(unsigned int v, int delta) {
+    const unsigned int me = threadIdx.y * 32 + threadIdx.x, lane = threadIdx.x + delta;
+    shuffle_slots[me] = v;
+    __syncthreads();
+    const unsigned int r = lane < 32 ? shuffle_slots[me + delta] : v;
+    __syncthreads();
+    return r;
+}
+inline unsigned int __shfl_down_sync(unsigned int, unsigned int v, unsigned int d) { return shuffle(v, (int)d); }
+inline unsigned int __shfl_up_sync(unsigned int, unsigned int v, unsigned int d) { return shuffle(v, -(int)d); }
+// The low (right) or high (left) 32 bits of hi:lo shifted by `shift` mod 32.
+inline unsigned int __funnelshift_r(unsigned int lo, unsigned int hi, unsigned int shift) {
+    return (unsigned int)(((unsigned long long)hi << 32 | lo) >> (shift & 31));
+}
+inline unsigned int __funnelshift_l(unsigned int lo, unsigned int hi, unsigned int shift) {
+    return (unsigned int)((((unsigned long long)hi << 32 | lo) << (shift & 31)) >> 32);
 }
 
 #include "kernels.cu"
@@ -75,27 +97,33 @@ static E value(size_t k) {
     return e;
 }
 
-// Copies `batches` grids of rows x count elements across (read along the runs where `load_q`,
-// written along the other axis), lines padded by a word's worth, from an offset start, with
-// `kernel` in tiles of `side`; returns the misplaced elements.
+// Copies `batches` grids of rows x count elements, read along the runs where `load_q` (else
+// along their elements) and written along the runs where `store_q`, with `kernel` in tiles of
+// `side`; returns the misplaced elements. Aligned, lines are a word (4 elements) longer than
+// their whole words and start on words, as the host takes wide ones; `shifted`, every line has
+// an odd length (each side's its own) and the grids start at odd elements, so that lines start
+// at every place in a word.
 template <typename E>
 static int check(const char* name, Kernel<E> kernel, unsigned side, int wide, int pairs, unsigned long long rows,
-                 unsigned long long count, int load_q, unsigned long long batches) {
+                 unsigned long long count, int load_q, int store_q, unsigned long long batches, bool shifted) {
     Grid g{};
     g.batches = batches;
     g.rows = rows;
     g.count = count;
-    g.start_s = 4;
-    g.start_d = 8;
-    // Lines a word (4 elements) longer than their whole words, as the host takes wide ones.
-    const unsigned long long pad_rows = (rows + 3) / 4 * 4 + 4, pad_count = (count + 3) / 4 * 4 + 4;
-    if (load_q) {
-        g.step_s = 1, g.stride_s = pad_rows, g.step_d = pad_count, g.stride_d = 1;
-        g.outer_s = g.stride_s * count, g.outer_d = g.step_d * rows;
-    } else {
-        g.step_s = pad_count, g.stride_s = 1, g.step_d = 1, g.stride_d = pad_rows;
-        g.outer_s = g.step_s * rows, g.outer_d = g.stride_d * count;
-    }
+    g.start_s = shifted ? 3 : 4;
+    g.start_d = shifted ? 5 : 8;
+    auto pad = [shifted](unsigned long long n, unsigned long long extra) {
+        return shifted ? (n | 1) + 2 * extra : (n + 3) / 4 * 4 + 4;
+    };
+    // One side's steps: along the runs (step 1, runs a padded line apart) or along a run's
+    // elements (stride 1, elements a padded line apart), and from grid to grid.
+    auto lay = [&](int q, unsigned long long extra, unsigned long long& step, unsigned long long& stride,
+                   unsigned long long& outer) {
+        if (q) step = 1, stride = pad(rows, extra), outer = stride * count;
+        else step = pad(count, extra), stride = 1, outer = step * rows;
+    };
+    lay(load_q, 0, g.step_s, g.stride_s, g.outer_s);
+    lay(store_q, 1, g.step_d, g.stride_d, g.outer_d);
     const size_t n_s = g.start_s + batches * g.outer_s, n_d = g.start_d + batches * g.outer_d + 4;
     E* src = (E*)std::aligned_alloc(64, (n_s * sizeof(E) + 63) / 64 * 64);
     E* dst = (E*)std::aligned_alloc(64, (n_d * sizeof(E) + 63) / 64 * 64);
@@ -104,7 +132,7 @@ static int check(const char* name, Kernel<E> kernel, unsigned side, int wide, in
     std::vector<char> in_grid(n_d, 0);
     auto tiles = [side](unsigned long long m) { return (unsigned)((m + side - 1) / side); };
     launch({tiles(rows), tiles(count), (unsigned)batches},
-           [&] { kernel(src, dst, g, load_q, !load_q, wide, pairs); });
+           [&] { kernel(src, dst, g, load_q, store_q, wide, pairs); });
     int bad = 0;
     for (unsigned long long p = 0; p < batches; p++)
         for (unsigned long long q = 0; q < rows; q++)
@@ -118,8 +146,10 @@ static int check(const char* name, Kernel<E> kernel, unsigned side, int wide, in
     std::memset(&untouched, 0xa5, sizeof(E));
     for (size_t d = 0; d < n_d; d++) bad += !in_grid[d] && std::memcmp(&dst[d], &untouched, sizeof(E)) != 0;
     if (bad)
-        std::printf("%s (tiles of %u, wide %d, pairs %d): %llu x %llu, %llu grids, read along %s: %d misplaced\n",
-                    name, side, wide, pairs, rows, count, batches, load_q ? "runs" : "elements", bad);
+        std::printf("%s (tiles of %u, wide %d, pairs %d): %llu x %llu, %llu grids, read along %s, written along %s: "
+                    "%d misplaced\n",
+                    name, side, wide, pairs, rows, count, batches, load_q ? "runs" : "elements",
+                    store_q ? "runs" : "elements", bad);
     std::free(src);
     std::free(dst);
     return bad;
@@ -133,19 +163,36 @@ int main() {
         for (int load_q = 0; load_q < 2; load_q++)
             for (unsigned long long batches : {1ull, 2ull}) {
                 auto [rows, count] = std::pair{shape[0], shape[1]};
-                bad += check<unsigned char>("copy_grid_1", copy_grid_1, 32, 0, 0, rows, count, load_q, batches);
-                bad += check<unsigned char>("copy_grid_1", copy_grid_1, 64, 0, 1, rows, count, load_q, batches);
-                bad += check<unsigned char>("copy_grid_1w", copy_grid_1w, 128, 1, 0, rows, count, load_q, batches);
-                bad += check<unsigned short>("copy_grid_2", copy_grid_2, 32, 0, 0, rows, count, load_q, batches);
-                bad += check<unsigned short>("copy_grid_2", copy_grid_2, 64, 0, 1, rows, count, load_q, batches);
-                bad += check<unsigned short>("copy_grid_2", copy_grid_2, 128, 1, 0, rows, count, load_q, batches);
-                bad += check<unsigned int>("copy_grid_4", copy_grid_4, 32, 0, 0, rows, count, load_q, batches);
-                bad += check<unsigned int>("copy_grid_4", copy_grid_4, 64, 0, 1, rows, count, load_q, batches);
-                bad += check<unsigned int>("copy_grid_4", copy_grid_4, 64, 1, 0, rows, count, load_q, batches);
-                bad += check<unsigned long long>("copy_grid_8", copy_grid_8, 32, 0, 0, rows, count, load_q, batches);
-                bad += check<unsigned long long>("copy_grid_8w", copy_grid_8w, 64, 1, 0, rows, count, load_q, batches);
-                bad += check<uint4>("copy_grid_16", copy_grid_16, 32, 0, 0, rows, count, load_q, batches);
-                runs += 12;
+                const int store_q = !load_q;
+                auto aligned = [&](const char* name, auto kernel, unsigned side, int wide, int pairs) {
+                    bad += check(name, kernel, side, wide, pairs, rows, count, load_q, store_q, batches, false);
+                    runs++;
+                };
+                aligned("copy_grid_1", copy_grid_1, 32, 0, 0);
+                aligned("copy_grid_1", copy_grid_1, 64, 0, 1);
+                aligned("copy_grid_1w", copy_grid_1w, 128, 1, 0);
+                aligned("copy_grid_2", copy_grid_2, 32, 0, 0);
+                aligned("copy_grid_2", copy_grid_2, 64, 0, 1);
+                aligned("copy_grid_2", copy_grid_2, 128, 1, 0);
+                aligned("copy_grid_4", copy_grid_4, 32, 0, 0);
+                aligned("copy_grid_4", copy_grid_4, 64, 0, 1);
+                aligned("copy_grid_4", copy_grid_4, 64, 1, 0);
+                aligned("copy_grid_8", copy_grid_8, 32, 0, 0);
+                aligned("copy_grid_8w", copy_grid_8w, 64, 1, 0);
+                aligned("copy_grid_16", copy_grid_16, 32, 0, 0);
+                // Words shifted along lines that start anywhere: across, and (read and written
+                // along the runs, lines of two lengths) alongside.
+                for (int store : {store_q, load_q}) {
+                    if (store == load_q && !load_q) continue;
+                    auto shifted = [&](const char* name, auto kernel, unsigned side) {
+                        bad += check(name, kernel, side, 0, 0, rows, count, load_q, store, batches, true);
+                        runs++;
+                    };
+                    shifted("copy_grid_1s", copy_grid_1s, 128);
+                    shifted("copy_grid_2s", copy_grid_2s, 128);
+                    shifted("copy_grid_4s", copy_grid_4s, 64);
+                    shifted("copy_grid_8s", copy_grid_8s, 64);
+                }
             }
     std::printf("%d grid copies, %d elements misplaced\n", runs, bad);
     return bad != 0;

@@ -84,7 +84,8 @@ extern "C" __global__ void copy_runs(const unsigned char* src, unsigned char* ds
 // memory: each tile is read along whichever axis is contiguous in the source (the runs, `load_q`,
 // or a run's elements) and written along whichever is contiguous in the destination, so a
 // transpose reads and writes whole lines. Elements (E) move V at a time as one word (W) on each
-// side where the host found every word aligned (`wide`; V = 1 otherwise): tiles of T = 32 V
+// side where the host found every word aligned (`wide`), or in the words that lie aligned along
+// lines that start anywhere (`S`, shifted_tile), else one at a time (V = 1): tiles of T = 32 V
 // elements square, blocks of 32 x 8 threads, each thread loading its T / 8 words into registers
 // before any lands in the tile (so all are in flight at once), and a line's last partial word
 // moving element by element. The grid comes by value, so a block's first load waits on nothing.
@@ -115,26 +116,53 @@ __device__ __forceinline__ void word_set<unsigned long long, uint4>(uint4& w, un
     else { w.x = (unsigned int)e; w.y = (unsigned int)(e >> 32); }
 }
 
+// How many elements (of E) before `p` its word of V elements starts: 0 where `p` is aligned.
+template <typename E, int V>
+__device__ __forceinline__ unsigned int phase(const E* p) {
+    return (unsigned int)((unsigned long long)p / sizeof(E) % V);
+}
+
 // A whole 128 x 128 tile of bytes moved across: the source contiguous along one axis (a), the
-// destination along the other (b), both in aligned words of 4. Each thread loads 16 words along
-// a and stores them whole in shared memory (a row per b, 32 words, swizzled so that no two
-// threads of a warp meet in a bank on either side); then each reads the words of 4 consecutive
-// rows at one column, transposes those 4 x 4 bytes in registers and writes 4 words along b.
-// Two shared-memory accesses a word, where a byte at a time takes eight.
+// destination along the other (b), in words of 4. Each thread loads 16 words along a and
+// stores them whole in shared memory (a row per b, 32 words, swizzled so that no two threads of
+// a warp meet in a bank on either side); then each reads the words of 4 consecutive rows at one
+// column, transposes those 4 x 4 bytes in registers and writes 4 words along b. Two
+// shared-memory accesses a word, where a byte at a time takes eight.
+// Shifted (S), a line on either side may start anywhere in a word: each thread reads the aligned
+// word at its place and its neighbour's (a shuffle; the warp's last thread reads one more) and
+// shifts the tile's word out of the two; on the way out it shifts its word and its neighbour's
+// into the aligned word at its place, the first thread writing the bytes before its first
+// aligned word and the last those after its last one by one.
+template <bool S>
 __device__ __forceinline__ void byte_tile(const unsigned char* sp, unsigned char* dp,
                                           const Grid& g, int load_q, unsigned int* t) {
     typedef unsigned long long u64;
     // The source's step along b, the destination's along a (each contiguous along the other).
     const u64 sb = load_q ? g.stride_s : g.step_s, da = load_q ? g.step_d : g.stride_d;
     const unsigned int x = threadIdx.x, y = threadIdx.y;
-    unsigned int w[16];
+    unsigned int w[16], w2[S ? 16 : 1];
 #pragma unroll
-    for (unsigned int n = 0; n < 16; n++)
-        w[n] = *(const unsigned int*)(sp + (y + 8 * n) * sb + 4 * x);
+    for (unsigned int n = 0; n < 16; n++) {
+        const unsigned char* line = sp + (y + 8 * n) * sb;
+        if constexpr (S) {
+            const unsigned int p = phase<unsigned char, 4>(line);
+            const unsigned int* al = (const unsigned int*)(line - p);
+            w[n] = al[x];
+            w2[n] = x == 31 && p ? al[32] : 0;
+        } else {
+            w[n] = *(const unsigned int*)(line + 4 * x);
+        }
+    }
 #pragma unroll
     for (unsigned int n = 0; n < 16; n++) {
         const unsigned int b = y + 8 * n;
-        t[b * 32 + (x ^ (b >> 2))] = w[n];
+        unsigned int word = w[n];
+        if constexpr (S) {
+            const unsigned int p = phase<unsigned char, 4>(sp + b * sb);
+            const unsigned int next = __shfl_down_sync(0xffffffffu, w[n], 1);
+            word = __funnelshift_r(w[n], x == 31 ? w2[n] : next, 8 * p);
+        }
+        t[b * 32 + (x ^ (b >> 2))] = word;
     }
     __syncthreads();
 #pragma unroll
@@ -143,16 +171,111 @@ __device__ __forceinline__ void byte_tile(const unsigned char* sp, unsigned char
         const unsigned int r0 = t[at], r1 = t[at + 32], r2 = t[at + 64], r3 = t[at + 96];
         const unsigned int t0 = __byte_perm(r0, r1, 0x5140), t1 = __byte_perm(r0, r1, 0x7362);
         const unsigned int t2 = __byte_perm(r2, r3, 0x5140), t3 = __byte_perm(r2, r3, 0x7362);
-        unsigned char* to = dp + 4 * aw * da + 4 * x;
-        *(unsigned int*)to = __byte_perm(t0, t2, 0x5410);
-        *(unsigned int*)(to + da) = __byte_perm(t0, t2, 0x7632);
-        *(unsigned int*)(to + 2 * da) = __byte_perm(t1, t3, 0x5410);
-        *(unsigned int*)(to + 3 * da) = __byte_perm(t1, t3, 0x7632);
+        const unsigned int o[4] = {__byte_perm(t0, t2, 0x5410), __byte_perm(t0, t2, 0x7632),
+                                   __byte_perm(t1, t3, 0x5410), __byte_perm(t1, t3, 0x7632)};
+#pragma unroll
+        for (unsigned int r = 0; r < 4; r++) {
+            unsigned char* line = dp + (4 * aw + r) * da;
+            if constexpr (S) {
+                const unsigned int q = phase<unsigned char, 4>(line);
+                const unsigned int prev = __shfl_up_sync(0xffffffffu, o[r], 1);
+                unsigned int* al = (unsigned int*)(line - q);
+                if (q == 0) {
+                    al[x] = o[r];
+                    continue;
+                }
+                if (x) al[x] = __funnelshift_l(prev, o[r], 8 * q);
+                else for (unsigned int v = 0; v < 4 - q; v++) line[v] = (unsigned char)(o[r] >> 8 * v);
+                if (x == 31)
+                    for (unsigned int v = 0; v < q; v++) line[128 - q + v] = (unsigned char)(o[r] >> 8 * (4 - q + v));
+            } else {
+                *(unsigned int*)(line + 4 * x) = o[r];
+            }
+        }
     }
     __syncthreads();
 }
 
-template <typename E, typename W, int V, int H>
+// A tile of T = 32 V elements square (see grid_tiles) whose lines, on either side, need not
+// start on a word: each line moves in the words that lie aligned in it, the warp's threads
+// taking them in turn (thread x the word at V x less the line's phase), a word that reaches past
+// the tile's edge moving element by element; those words cover a line's stretch but for its
+// last `phase` elements (V - 1 at most), which the block's threads take together. Partial
+// tiles alike (the lines and their lengths bounded by the grid).
+template <typename E, typename W, int V>
+__device__ __forceinline__ void shifted_tile(const E* sp, E* dp, const Grid& g, int load_q,
+                                             int store_q, unsigned long long lim_q,
+                                             unsigned long long lim_i, E* tile) {
+    typedef unsigned long long u64;
+    constexpr unsigned int T = 32 * V, P = T + 1, N = T / 8, TAILS = (T * (V - 1) + 255) / 256;
+    const unsigned int x = threadIdx.x, y = threadIdx.y, me = 32 * y + x;
+    const unsigned int cq = lim_q < T ? (unsigned int)lim_q : T, ci = lim_i < T ? (unsigned int)lim_i : T;
+    // Each side's step between lines, the lines and their length in this tile.
+    const u64 s_step = load_q ? g.stride_s : g.step_s, d_step = store_q ? g.stride_d : g.step_d;
+    const unsigned int s_lines = load_q ? ci : cq, s_len = load_q ? cq : ci;
+    const unsigned int d_lines = store_q ? ci : cq, d_len = store_q ? cq : ci;
+    // Element c of line j in the tile (rows along q, as grid_tiles keeps it).
+    auto s_at = [&](unsigned int j, unsigned int c) { return load_q ? c * P + j : j * P + c; };
+    auto d_at = [&](unsigned int j, unsigned int c) { return store_q ? c * P + j : j * P + c; };
+    W w[N];
+    E tail[TAILS];
+#pragma unroll
+    for (unsigned int n = 0; n < N; n++) {
+        const unsigned int j = y + 8 * n;
+        const E* line = sp + j * s_step;
+        const int at = (int)(V * x) - (int)phase<E, V>(line);
+        if (j < s_lines && at < (int)s_len) w[n] = *(const W*)(line + at);
+    }
+#pragma unroll
+    for (unsigned int k = 0; k < TAILS; k++) {
+        const unsigned int e = me + 256 * k, j = e % T, v = e / T;
+        const E* line = sp + j * s_step;
+        const unsigned int p = phase<E, V>(line);
+        if (v < p && j < s_lines && T - p + v < s_len) tail[k] = line[T - p + v];
+    }
+#pragma unroll
+    for (unsigned int n = 0; n < N; n++) {
+        const unsigned int j = y + 8 * n;
+        const int at = (int)(V * x) - (int)phase<E, V>(sp + j * s_step);
+        if (j >= s_lines) continue;
+#pragma unroll
+        for (int v = 0; v < V; v++)
+            if (at + v >= 0 && at + v < (int)s_len) tile[s_at(j, at + v)] = word_part<E, W>(w[n], v);
+    }
+#pragma unroll
+    for (unsigned int k = 0; k < TAILS; k++) {
+        const unsigned int e = me + 256 * k, j = e % T, v = e / T;
+        const unsigned int p = phase<E, V>(sp + j * s_step);
+        if (v < p && j < s_lines && T - p + v < s_len) tile[s_at(j, T - p + v)] = tail[k];
+    }
+    __syncthreads();
+#pragma unroll
+    for (unsigned int n = 0; n < N; n++) {
+        const unsigned int j = y + 8 * n;
+        E* line = dp + j * d_step;
+        const int at = (int)(V * x) - (int)phase<E, V>(line);
+        if (j >= d_lines) continue;
+        if (at >= 0 && at + V <= (int)d_len) {
+            W word{};
+#pragma unroll
+            for (int v = 0; v < V; v++) word_set<E, W>(word, tile[d_at(j, at + v)], v);
+            *(W*)(line + at) = word;
+        } else {
+            for (int v = 0; v < V; v++)
+                if (at + v >= 0 && at + v < (int)d_len) line[at + v] = tile[d_at(j, at + v)];
+        }
+    }
+#pragma unroll
+    for (unsigned int k = 0; k < TAILS; k++) {
+        const unsigned int e = me + 256 * k, j = e % T, v = e / T;
+        E* line = dp + j * d_step;
+        const unsigned int q = phase<E, V>(line);
+        if (v < q && j < d_lines && T - q + v < d_len) line[T - q + v] = tile[d_at(j, T - q + v)];
+    }
+    __syncthreads();
+}
+
+template <typename E, typename W, int V, int H, bool S = false>
 __device__ __forceinline__ void grid_tiles(const E* __restrict__ s, E* __restrict__ d,
                                            const Grid& g, int load_q, int store_q, E* tile) {
     typedef unsigned long long u64;
@@ -169,9 +292,13 @@ __device__ __forceinline__ void grid_tiles(const E* __restrict__ s, E* __restric
         const u64 lim_q = g.rows - q0, lim_i = g.count - i0;
         if constexpr (sizeof(E) == 1 && V == 4) {
             if (load_q != store_q && lim_q >= T && lim_i >= T) {
-                byte_tile(sp, dp, g, load_q, (unsigned int*)tile);
+                byte_tile<S>(sp, dp, g, load_q, (unsigned int*)tile);
                 continue;
             }
+        }
+        if constexpr (S) {
+            shifted_tile<E, W, V>(sp, dp, g, load_q, store_q, lim_q, lim_i, tile);
+            continue;
         }
         W w[H][N];
 #pragma unroll
@@ -267,6 +394,22 @@ COPY_GRID(8, unsigned long long, unsigned long long, 1, 1, )
 COPY_GRID(8w, unsigned long long, uint4, 2, 1, )
 COPY_GRID(16, uint4, uint4, 1, 1, )
 
+// copy_grid_<bytes>s: in words of W (V elements) where each side's lines run along one axis but
+// need not start on a word (shifted_tile; bytes in 4 x 4 blocks, byte_tile shifted). Capped at
+// four blocks an SM for bytes, three for 2-byte elements (80 registers: f16 8191 x 12289 C -> F
+// 0.186 -> 0.163 ms on an H200, where bytes went 0.266 -> 0.282; bench/RESULTS.md, 2026-11-27
+// eleventh session).
+#define COPY_SHIFTED(NAME, E, W, V, MINB)                                                        \
+    extern "C" __global__ void __launch_bounds__(256 MINB) copy_grid_##NAME##s(                  \
+        const E* src, E* dst, Grid g, int load_q, int store_q, int, int) {                       \
+        __shared__ __align__(16) E tile[TILE(V)];                                                \
+        grid_tiles<E, W, V, 1, true>(src, dst, g, load_q, store_q, tile);                        \
+    }
+COPY_SHIFTED(1, unsigned char, unsigned int, 4, COMMA 4)
+COPY_SHIFTED(2, unsigned short, unsigned long long, 4, COMMA 3)
+COPY_SHIFTED(4, unsigned int, unsigned long long, 2, COMMA 4)
+COPY_SHIFTED(8, unsigned long long, uint4, 2, )
+
 // The product over `ranks` gathered arrays of n complex values (float2 or double2), elements
 // first..first + count, in rank order, in double precision.
 extern "C" __global__ void complex_product(const void* all, void* out, int f64,
@@ -322,10 +465,8 @@ fn wide_words(g: &RunGrid, elem: usize, ptrs: (u64, u64)) -> bool {
     // Where the words start: the grid's start, each grid's, and each line across the
     // contiguous axis must be whole words apart.
     let side = |start: usize, outer: usize, step: usize, stride: usize, ptr: u64| {
-        let line = match (step, stride) {
-            (1, s) if s != 1 => s,
-            (s, 1) => s,
-            _ => return false,
+        let Some(line) = lines(step, stride) else {
+            return false;
         };
         ptr.is_multiple_of(word)
             && start.is_multiple_of(v)
@@ -334,6 +475,33 @@ fn wide_words(g: &RunGrid, elem: usize, ptrs: (u64, u64)) -> bool {
     };
     side(g.start.0, g.outer.0, g.step.0, g.strides.0, ptrs.0)
         && side(g.start.1, g.outer.1, g.step.1, g.strides.1, ptrs.1)
+}
+
+/// The step between the lines of one side of a grid (its runs' `step`, their elements'
+/// `stride`) where the side is contiguous along one axis: along the runs (step 1), or along a
+/// run's elements (stride 1); None where neither.
+fn lines(step: usize, stride: usize) -> Option<usize> {
+    match (step, stride) {
+        (1, s) if s != 1 => Some(s),
+        (s, 1) => Some(s),
+        _ => None,
+    }
+}
+
+/// Whether grids of 1-, 2-, 4- or 8-byte elements whose words are not all aligned
+/// ([`wide_words`] false) move in words shifted along each line (the `s` kernels): where each
+/// side is contiguous along one axis and the tiles of 32 words square number 512 or more (a
+/// smaller grid runs faster in more, smaller tiles: f16 998 x 1002, 64 such tiles, 7 -> 9 us).
+fn shifted_words(g: &RunGrid, elem: usize) -> bool {
+    const TILES: usize = 512;
+    let Some(v) = word_elements(elem) else {
+        return false;
+    };
+    let side = 32 * v;
+    let tiles = g.rows.div_ceil(side) * g.count.div_ceil(side) * g.batches;
+    lines(g.step.0, g.strides.0).is_some()
+        && lines(g.step.1, g.strides.1).is_some()
+        && tiles >= TILES
 }
 
 /// A [`RunGrid`] as the tile kernels take it, by value: starts, batches, outer steps, rows, steps,
@@ -431,6 +599,8 @@ struct Kernels {
     /// copy_grid_1w and copy_grid_8w: 1- and 8-byte elements in words.
     copy_grid_1w: CudaFunction,
     copy_grid_8w: CudaFunction,
+    /// copy_grid_<bytes>s for elements of 1, 2, 4 and 8 bytes: words shifted along each line.
+    copy_grid_shifted: [CudaFunction; 4],
     finish: CudaFunction,
     conj_copy: CudaFunction,
     scale_f32: CudaFunction,
@@ -461,6 +631,10 @@ impl Kernels {
             },
             copy_grid_1w: module.load_function("copy_grid_1w")?,
             copy_grid_8w: module.load_function("copy_grid_8w")?,
+            copy_grid_shifted: {
+                let grid = |bytes: usize| module.load_function(&format!("copy_grid_{bytes}s"));
+                [grid(1)?, grid(2)?, grid(4)?, grid(8)?]
+            },
             finish: module.load_function("finish")?,
             conj_copy: module.load_function("conj_copy")?,
             scale_f32: module.load_function("scale_f32")?,
@@ -823,9 +997,10 @@ impl<'a> Cuda<'a> {
         let load_q = i32::from(g.step.0 == 1 && g.strides.0 != 1);
         let store_q = i32::from(g.step.1 == 1 && g.strides.1 != 1);
         let wide = wide_words(g, elem, (src, dst));
-        let pairs = !wide && pairs(g, elem);
+        let shifted = !wide && shifted_words(g, elem);
+        let pairs = !wide && !shifted && pairs(g, elem);
         let side = 32
-            * match (wide, pairs) {
+            * match (wide || shifted, pairs) {
                 (true, _) => word_elements(elem).unwrap_or(1),
                 (false, true) => 2,
                 (false, false) => 1,
@@ -843,6 +1018,7 @@ impl<'a> Cuda<'a> {
         let kernel = match (elem, wide) {
             (1, true) => &self.kernels.copy_grid_1w,
             (8, true) => &self.kernels.copy_grid_8w,
+            _ if shifted => &self.kernels.copy_grid_shifted[elem.trailing_zeros() as usize],
             _ => &self.kernels.copy_grid[elem.trailing_zeros() as usize],
         };
         let (wide, pairs) = (i32::from(wide), i32::from(pairs));
@@ -1666,7 +1842,7 @@ impl Backend for Cuda<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Kernels, check, fill, wide_words};
+    use super::{Kernels, check, fill, shifted_words, wide_words};
     use crate::backend::work::{Run, RunGrid};
 
     /// The grid of an R x C matrix from C to F order (one run per column).
@@ -1709,6 +1885,30 @@ mod tests {
         assert!(!wide_words(&transpose(16, 16, 0), 16, aligned));
     }
 
+    #[test]
+    fn words_shift_along_lines_wherever_each_side_has_them() {
+        // Odd lines and starts: lines on both sides, so every size but 16 bytes shifts.
+        for elem in [1, 2, 4, 8] {
+            assert!(shifted_words(&transpose(3001, 4097, 3), elem), "{elem}");
+        }
+        assert!(!shifted_words(&transpose(3001, 4097, 3), 16));
+        // 8 x 8 tiles of 128 f16: too few to fill the GPU.
+        assert!(!shifted_words(&transpose(998, 1002, 3), 2));
+        // A side contiguous along neither axis (every other element of every other run) has
+        // no lines to shift along.
+        let runs: Vec<Run> = (0..8)
+            .map(|j| Run {
+                src: 2 * j * 9,
+                dst: j,
+                count: 9,
+                src_stride: 2,
+                dst_stride: 8,
+            })
+            .collect();
+        let strided = RunGrid::of(&runs).expect("a grid");
+        assert!(!shifted_words(&strided, 2));
+    }
+
     /// The tile kernels move every element of every kind of grid to its place and nothing
     /// elsewhere, run on the CPU: the host's C++ compiler (build-essential's, C++20) builds
     /// their source with the few CUDA names they use stood in for (emulate_tiles.cpp), every
@@ -1745,7 +1945,7 @@ mod tests {
         let out = String::from_utf8_lossy(&ran.stdout);
         assert!(ran.status.success(), "{out}");
         assert!(
-            out.contains("288 grid copies, 0 elements misplaced"),
+            out.contains("432 grid copies, 0 elements misplaced"),
             "{out}"
         );
     }
