@@ -131,8 +131,8 @@ __device__ __forceinline__ unsigned int phase(const E* p) {
 // Shifted (S), a line on either side may start anywhere in a word: each thread reads the aligned
 // word at its place and its neighbour's (a shuffle; the warp's last thread reads one more) and
 // shifts the tile's word out of the two; on the way out it shifts its word and its neighbour's
-// into the aligned word at its place, the first thread writing the bytes before its first
-// aligned word and the last those after its last one by one.
+// into the aligned word at its place, and the block's threads write the bytes before a line's
+// first aligned word and after its last together, from the tile.
 template <bool S>
 __device__ __forceinline__ void byte_tile(const unsigned char* sp, unsigned char* dp,
                                           const Grid& g, int load_q, unsigned int* t) {
@@ -185,12 +185,21 @@ __device__ __forceinline__ void byte_tile(const unsigned char* sp, unsigned char
                     continue;
                 }
                 if (x) al[x] = __funnelshift_l(prev, o[r], 8 * q);
-                else for (unsigned int v = 0; v < 4 - q; v++) line[v] = (unsigned char)(o[r] >> 8 * v);
-                if (x == 31)
-                    for (unsigned int v = 0; v < q; v++) line[128 - q + v] = (unsigned char)(o[r] >> 8 * (4 - q + v));
             } else {
                 *(unsigned int*)(line + 4 * x) = o[r];
             }
+        }
+    }
+    if constexpr (S) {
+        // A shifted line's bytes before its first aligned word and after its last (4 in all),
+        // two a thread, from the tile: byte (a, b) is byte a % 4 of word b of row b's swizzle.
+        const unsigned char* bytes = (const unsigned char*)t;
+#pragma unroll
+        for (unsigned int k = 0; k < 2; k++) {
+            const unsigned int e = 32 * y + x + 256 * k, a = e >> 2, j = e & 3;
+            unsigned char* line = dp + a * da;
+            const unsigned int q = phase<unsigned char, 4>(line), b = j < 4 - q ? j : 124 + j;
+            if (q) line[b] = bytes[4 * (b * 32 + ((a >> 2) ^ (b >> 2))) + (a & 3)];
         }
     }
     __syncthreads();
@@ -199,8 +208,9 @@ __device__ __forceinline__ void byte_tile(const unsigned char* sp, unsigned char
 // A tile of T = 32 V elements square (see grid_tiles) whose lines, on either side, need not
 // start on a word: each line moves in the words that lie aligned in it, the warp's threads
 // taking them in turn (thread x the word at V x less the line's phase), a word that reaches past
-// the tile's edge moving element by element; those words cover a line's stretch but for its
-// last `phase` elements (V - 1 at most), which the block's threads take together. Partial
+// the tile's edge moving element by element on the way in; those words cover a line's stretch
+// but for its last `phase` elements (V - 1 at most), which the block's threads take together,
+// as on the way out the elements before a line's first whole word and after its last. Partial
 // tiles alike (the lines and their lengths bounded by the grid).
 template <typename E, typename W, int V>
 __device__ __forceinline__ void shifted_tile(const E* sp, E* dp, const Grid& g, int load_q,
@@ -260,17 +270,19 @@ __device__ __forceinline__ void shifted_tile(const E* sp, E* dp, const Grid& g, 
 #pragma unroll
             for (int v = 0; v < V; v++) word_set<E, W>(word, tile[d_at(j, at + v)], v);
             *(W*)(line + at) = word;
-        } else {
+        } else if (at >= 0) {
             for (int v = 0; v < V; v++)
-                if (at + v >= 0 && at + v < (int)d_len) line[at + v] = tile[d_at(j, at + v)];
+                if (at + v < (int)d_len) line[at + v] = tile[d_at(j, at + v)];
         }
     }
+    // A shifted line's elements before its first aligned word and after its last (V in all),
+    // the block's threads together.
 #pragma unroll
-    for (unsigned int k = 0; k < TAILS; k++) {
-        const unsigned int e = me + 256 * k, j = e % T, v = e / T;
+    for (unsigned int k = 0; k < (T * V + 255) / 256; k++) {
+        const unsigned int e = me + 256 * k, j = e / V, v = e % V;
         E* line = dp + j * d_step;
-        const unsigned int q = phase<E, V>(line);
-        if (v < q && j < d_lines && T - q + v < d_len) line[T - q + v] = tile[d_at(j, T - q + v)];
+        const unsigned int q = phase<E, V>(line), c = v < V - q ? v : T - V + v;
+        if (q && j < d_lines && c < d_len) line[c] = tile[d_at(j, c)];
     }
     __syncthreads();
 }
