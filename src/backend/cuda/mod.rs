@@ -407,17 +407,17 @@ COPY_GRID(8w, unsigned long long, uint4, 2, 1, )
 COPY_GRID(16, uint4, uint4, 1, 1, )
 
 // copy_grid_<bytes>s: in words of W (V elements) where each side's lines run along one axis but
-// need not start on a word (shifted_tile; bytes in 4 x 4 blocks, byte_tile shifted). Capped at
-// four blocks an SM for bytes, three for 2-byte elements (80 registers: f16 8191 x 12289 C -> F
-// 0.186 -> 0.163 ms on an H200, where bytes went 0.266 -> 0.282; bench/RESULTS.md, 2026-11-27
-// eleventh session).
+// need not start on a word (shifted_tile; bytes in 4 x 4 blocks, byte_tile shifted). Bytes and
+// 2-byte elements capped at three blocks an SM (80 registers), against four: u8 16385 x 16383
+// C -> F 0.238 -> 0.218 ms, f16 8191 x 12289 0.170 -> 0.143 on an H200 (bench/RESULTS.md,
+// 2026-11-27 eleventh session).
 #define COPY_SHIFTED(NAME, E, W, V, MINB)                                                        \
     extern "C" __global__ void __launch_bounds__(256 MINB) copy_grid_##NAME##s(                  \
         const E* src, E* dst, Grid g, int load_q, int store_q, int, int) {                       \
         __shared__ __align__(16) E tile[TILE(V)];                                                \
         grid_tiles<E, W, V, 1, true>(src, dst, g, load_q, store_q, tile);                        \
     }
-COPY_SHIFTED(1, unsigned char, unsigned int, 4, COMMA 4)
+COPY_SHIFTED(1, unsigned char, unsigned int, 4, COMMA 3)
 COPY_SHIFTED(2, unsigned short, unsigned long long, 4, COMMA 3)
 COPY_SHIFTED(4, unsigned int, unsigned long long, 2, COMMA 4)
 COPY_SHIFTED(8, unsigned long long, uint4, 2, )
