@@ -31,6 +31,10 @@ CASES = {
     "f32-8192-slab": ("f32", 8192, "slab", (2, 4)),
     "f16-16384-bc2048": ("f16", 16384, "bc2048", (4,)),
     "f16-16384-block": ("f16", 16384, "block", (4,)),
+    # Sizes nobody tuned for: not powers of two, blocks not powers of two.
+    "f16-12000-slab": ("f16", 12000, "slab", (2, 4)),
+    "f32-10000-slab": ("f32", 10000, "slab", (2, 4)),
+    "f16-12000-bc1000": ("f16", 12000, "bc1000", (4,)),
 }
 
 

@@ -342,9 +342,14 @@ pub fn ring<B: Backend>(
     Pipeline::new(b, rounds, chunks).map(Some)
 }
 
-/// Slices of every rank's piece that an operand gathered whole moves in (see [`gathered`]): the
-/// GEMM of this rank's own piece overlaps the first, each slice's GEMMs the next.
-const SLICES: usize = 2;
+/// The most slices of every rank's piece that an operand gathered whole moves in (see
+/// [`gathered`]): the GEMM of this rank's own piece overlaps the first, each slice's GEMMs the
+/// next. As many slices as ranks (at least 2, at most this), the most of them that split the
+/// pieces evenly, so that each slice gathers about one piece's worth, as much as the GEMM of the
+/// own piece covers. On 4 H200s by NCCL alone, 4 slices against 2: f16 16384^3 3.30 -> 3.04 ms,
+/// f16 12000^3 1.52 -> 1.44, f32 10000^3 10.86 -> 10.62, f32 8192^3 5.58 -> 5.67; on 2, f32
+/// 10000^3 took 19.56 ms in 2 slices, 20.54 in 4 (bench/RESULTS.md, 2026-11-27 eleventh).
+const SLICES: usize = 4;
 
 /// How [`gathered`] slices an operand: every rank's piece is `slices` slices of `w` lines along
 /// the product's free axis (storage axis `free`), each line `k` elements, stored one after the
@@ -385,7 +390,8 @@ impl Slicing {
         ring_rounds(which, state, transpose, ranks).filter(|_| outermost)?;
         let pieces = pieces_of(state, ranks);
         let widest = pieces.iter().map(|iv| extent(iv, free)).max().unwrap_or(0);
-        let slices = SLICES.min(widest).max(1);
+        let most = ranks.clamp(2, SLICES).min(widest);
+        let slices = (1..=most).rev().find(|s| widest % s == 0).unwrap_or(1);
         let w = widest / slices;
         let starts = pieces.iter().map(|iv| {
             let first = iv.as_ref().and_then(|iv| iv[free].first());
@@ -434,8 +440,8 @@ impl Slicing {
 }
 
 /// The operand `which` (in `state`, used transposed or not) gathered whole within a window
-/// ([`Backend::window`]: by the copy engines, the SMs left to the GEMMs) in [`SLICES`]
-/// all-gathers, each of one slice of every rank's piece along the product's free axis; the
+/// ([`Backend::window`]: by the copy engines, the SMs left to the GEMMs) in all-gathers (up to
+/// [`SLICES`]), each of one slice of every rank's piece along the product's free axis; the
 /// GEMM of this rank's own piece (from its input) runs first, then each slice's, block by
 /// block, once gathered ([`Slicing`]). Where the backend has windows but no puts (which move
 /// rings faster) and the pieces slice so; else None.
@@ -687,11 +693,14 @@ mod tests {
         use crate::spec::tensor::DType;
         // b gathered by columns in F order, a by rows in C order: lines of k along the free
         // axis, contiguous. Element (line x, j) of the whole operand is x * k + j + 1.
-        for (which, layout, ranks, lines, k) in [
-            (Gathered::B, Layout::F, 2, 12, 5),
-            (Gathered::B, Layout::F, 4, 16, 3),
-            (Gathered::A, Layout::C, 3, 18, 7),
-            (Gathered::A, Layout::C, 4, 8, 2),
+        // The slices: as many as ranks (2 to 4), the most that split the pieces evenly.
+        for (which, layout, ranks, lines, k, slices) in [
+            (Gathered::B, Layout::F, 2, 12, 5, 2),
+            (Gathered::B, Layout::F, 4, 16, 3, 4),
+            (Gathered::A, Layout::C, 3, 18, 7, 3),
+            (Gathered::A, Layout::C, 4, 8, 2, 2),
+            (Gathered::B, Layout::F, 4, 12, 2, 3),
+            (Gathered::A, Layout::C, 3, 15, 4, 1),
         ] {
             let free = free_axis(which, false);
             let mut shape = [k as u64; 2];
@@ -703,7 +712,8 @@ mod tests {
                 dist: Distribution::slab(free),
             };
             let sl = Slicing::of(which, &state, false, ranks).expect("even pieces slice");
-            let (count, slices) = (sl.count(), sl.slices);
+            assert_eq!(sl.slices, slices, "{which:?}, {lines} lines over {ranks} ranks");
+            let count = sl.count();
             let input = |q: usize| -> Vec<u64> {
                 let n = slices * sl.w;
                 (0..n * k).map(|e| ((sl.starts[q] + e / k) * k + e % k) as u64 + 1).collect()
@@ -753,7 +763,7 @@ mod tests {
             layout,
             dist: Distribution::slab(1),
         };
-        assert!(Slicing::of(Gathered::B, &state(12, Layout::F), false, 4).is_none());
+        assert!(Slicing::of(Gathered::B, &state(14, Layout::F), false, 4).is_none());
         assert!(Slicing::of(Gathered::B, &state(16, Layout::C), false, 4).is_none());
         assert!(Slicing::of(Gathered::B, &state(16, Layout::F), false, 1).is_none());
         assert!(Slicing::of(Gathered::B, &state(16, Layout::F), false, 4).is_some());
