@@ -110,6 +110,7 @@ impl Progress {
         if let Some(Chosen { way, trials }) = record.pipeline {
             line.push_str(&match (way, record.window_slices) {
                 (MatmulPipeline::Rounds, _) => ", in rounds".to_string(),
+                (_, Some(1)) => ", whole in 1 slice within NCCL windows".to_string(),
                 (_, Some(n)) => format!(", whole in {n} slices within NCCL windows"),
                 _ => ", in one exchange".to_string(),
             });
