@@ -461,9 +461,13 @@ fn word_elements(elem: usize) -> Option<usize> {
 /// 0.040 -> 0.030 ms, f16 1000 x 77 x 131 0.044 -> 0.037, f32 255 x 257 x 33 0.014 -> 0.011;
 /// f16 130 x 3002 (141 tiles of 64) 0.004 -> 0.005 (bench/RESULTS.md, 2026-11-27 ninth).
 fn pairs(g: &RunGrid, elem: usize) -> bool {
-    const TILES: usize = 512;
-    let tiles = g.rows.div_ceil(64) * g.count.div_ceil(64) * g.batches;
-    matches!(elem, 1 | 2 | 4) && tiles >= TILES
+    matches!(elem, 1 | 2 | 4) && tiles_enough(g, 64)
+}
+
+/// Whether `g` makes 512 tiles or more of `side` elements square (else a kernel with larger
+/// tiles leaves the GPU's SMs idle: smaller ones run faster).
+fn tiles_enough(g: &RunGrid, side: usize) -> bool {
+    g.rows.div_ceil(side) * g.count.div_ceil(side) * g.batches >= 512
 }
 
 /// Whether grids of 1-, 2- or 4-byte elements can move a word of several at a time on both
@@ -505,15 +509,12 @@ fn lines(step: usize, stride: usize) -> Option<usize> {
 /// side is contiguous along one axis and the tiles of 32 words square number 512 or more (a
 /// smaller grid runs faster in more, smaller tiles: f16 998 x 1002, 64 such tiles, 7 -> 9 us).
 fn shifted_words(g: &RunGrid, elem: usize) -> bool {
-    const TILES: usize = 512;
     let Some(v) = word_elements(elem) else {
         return false;
     };
-    let side = 32 * v;
-    let tiles = g.rows.div_ceil(side) * g.count.div_ceil(side) * g.batches;
     lines(g.step.0, g.strides.0).is_some()
         && lines(g.step.1, g.strides.1).is_some()
-        && tiles >= TILES
+        && tiles_enough(g, 32 * v)
 }
 
 /// A [`RunGrid`] as the tile kernels take it, by value: starts, batches, outer steps, rows, steps,
