@@ -166,6 +166,13 @@ def spec(p, nvshmem=False):
     s.append(step(op="fft", input="fly", out="gly", kind="c2c", reshape=False, direction="inverse",
                   norm="ortho"))
     outs += ["glx", "gly"]
+    # 2-D from y-slabs down 8192 points and more: each batch of columns turned into rows and
+    # back on its way to x-slabs (c64 columns uneven over the ranks and back to y-slabs; a c2r).
+    t.append(tensor("fty", (8192, 11), "c64", '{ slab = "y" }'))
+    t.append(tensor("ftr", (16384, 5), "c128", '{ slab = "y" }'))
+    s.append(step(op="fft", input="fty", out="gty", kind="c2c"))
+    s.append(step(op="fft", input="ftr", out="gtr", kind="c2r", direction="inverse", reshape=False))
+    outs += ["gty", "gtr"]
     runtime = '[runtime]\nbackends = ["nccl", "nvshmem"]\n' if nvshmem else ""
     out = ['[job]\nname = "gpu-check-compute"\nseed = 5\n' + runtime] + t + s
     out.append("[output]\ngather = true\ntensors = [" + ", ".join(f'"{o}"' for o in outs) + "]\n")

@@ -219,13 +219,27 @@ fn cases(p: usize) -> Vec<Case> {
     let mut c = base("c2c", DType::C128, &wide, "{ slab = 0 }");
     c.out_dist = Some(boxes_along(&wide, 1, p));
     all.push(c);
+    // 2-D from y-slabs down 8192-point columns: each batch of a rank's columns turned to rows
+    // for its FFT, and back on the way to x-slabs. Three columns leave a rank of four none;
+    // seven split unevenly, back to y-slabs with the inverse's norm; a c2r.
+    let mut c = base("c2c", DType::C64, &long, "{ slab = 1 }");
+    c.reshape = false;
+    all.push(c);
+    let mut c = base("c2c", DType::C128, &vec![8192, 7], "{ slab = 1 }");
+    (c.inverse, c.norm) = (true, "forward");
+    all.push(c);
+    let mut c = base("c2r", DType::C128, &vec![8192, 5], "{ slab = 1 }");
+    (c.inverse, c.out_last, c.reshape) = (true, Some(8), false);
+    all.push(c);
     // Batches the step names: one exchange after the whole phase, three (the last small on two
-    // or three ranks), more than the planes a rank holds; by planes, by rows, by columns.
+    // or three ranks), more than the planes a rank holds; by planes, by rows, by columns, by
+    // long columns turned.
     for (kind, dtype, shape, dist, reshape, n) in [
         ("c2c", DType::C128, &s3, "{ slab = 0 }", true, 1),
         ("c2c", DType::C64, &s3, "{ slab = 1 }", true, 3),
         ("r2c", DType::F64, &s3, "{ slab = 0 }", true, 100),
         ("c2c", DType::C64, &wide, "{ slab = 0 }", false, 3),
+        ("c2c", DType::C64, &wide, "{ slab = 1 }", false, 2),
     ] {
         let mut c = base(kind, dtype, shape, dist);
         (c.reshape, c.batches) = (reshape, Some(n));

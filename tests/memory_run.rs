@@ -119,6 +119,12 @@ fn cases() -> Vec<(&'static str, String, String)> {
             tensor("x", "[16384, 160]", "{ slab = 0 }", "c64", "C"),
             one("fft", "reshape = false"),
         ),
+        // From y-slabs down 16384-point columns: each batch turned into rows and back.
+        (
+            "fft_c2c_2d_turned",
+            tensor("x", "[16384, 160]", "{ slab = 1 }", "c64", "C"),
+            one("fft", ""),
+        ),
     ]
 }
 

@@ -119,7 +119,7 @@ fn an_fft_check_plans_room_for_its_sums_on_the_device() {
 }
 
 #[test]
-fn a_2d_fft_down_long_columns_runs_its_second_phase_as_columns_land() {
+fn a_2d_fft_down_long_columns_moves_them_batch_by_batch() {
     // From x-slabs, left in y-slabs: 8192-point columns land as rows (x contiguous) batch by
     // batch, each transformed as it lands; back in x-slabs (reshape) or down shorter columns
     // they go by the all-to-all of the other slab FFTs (batch by batch where the phase splits).
@@ -137,6 +137,24 @@ fn a_2d_fft_down_long_columns_runs_its_second_phase_as_columns_land() {
         "FFT of axes 1 on x-slabs, column batch by column batch to y-slabs, FFT of axis 0 on \
          each batch as it lands"
     );
+    // From y-slabs, the first phase down such columns turns each batch of them into rows and
+    // back on the way to x-slabs; down shorter ones, the all-to-all.
+    for (reshape, back) in [(false, ""), (true, ", then to the result's distribution")] {
+        assert_eq!(
+            fft_detail(
+                &format!("longturn{reshape}"),
+                "[8192, 16]",
+                "{ slab = 1 }",
+                &format!("reshape = {reshape}")
+            ),
+            format!(
+                "FFT of axes 0 on y-slabs, column batch by column batch, turned to rows and \
+                 back, to x-slabs, FFT of axis 1{back}"
+            )
+        );
+    }
+    let d = fft_detail("shortturn", "[4096, 16]", "{ slab = 1 }", "");
+    assert!(d.as_str().unwrap().contains("all-to-all"), "{d}");
     for (name, rows, reshape) in [("longback", 8192, true), ("shortcols", 4096, false)] {
         let d = detail(name, rows, reshape);
         assert!(

@@ -265,8 +265,9 @@ pub enum AxisOp {
 /// Points from which a c2c down the columns of a C-order matrix runs faster on the columns as
 /// contiguous rows: cuFFT's strided transforms of 8192 points or more took 3.5-4.9x its
 /// contiguous ones on an H200, while a tile transpose costs about a copy (bench/RESULTS.md,
-/// 2026-11-26 fourth session). The GPU backend transposes such columns around the plan, and a
-/// 2-D FFT's exchange lands them transposed.
+/// 2026-11-26 fourth session). The GPU backend transposes such columns around the plan, a 2-D
+/// FFT's exchange from x-slabs lands them transposed, and one from y-slabs turns them into rows
+/// batch by batch on its way to x-slabs.
 pub const LONG_COLUMNS: usize = 8192;
 
 /// A local phase: transforms in order on a piece of `shape` (C order, the shape as it enters).

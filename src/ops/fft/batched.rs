@@ -119,7 +119,7 @@ impl Route {
 
     /// After a run's batches: the main queue waits for the last batch's move (`last`) and, with
     /// puts, for every peer's puts to land.
-    fn finish<B: Backend>(self, b: &B, last: Option<B::Mark>) -> Result<()> {
+    pub(super) fn finish<B: Backend>(self, b: &B, last: Option<B::Mark>) -> Result<()> {
         if let Some(mark) = &last {
             b.wait(mark)?;
         }

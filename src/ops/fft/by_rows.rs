@@ -1,6 +1,7 @@
 //! A slab FFT's phase run batch by batch of y-rows, each batch moving to the x-slab owners on
 //! the side queue ([`Backend::side`]) while the next batch's FFT runs: the first phase of an FFT
-//! from y-slabs on its way to x-slabs (along x and z, independent for each row), and the second
+//! from y-slabs on its way to x-slabs (along x and z, independent for each row; a 2-D one down
+//! long columns goes by `long_columns.rs` instead), and the second
 //! phase of one from x-slabs on its way back to them (`reshape = true`, along x).
 //!
 //! The y-slab piece is `[X, s1, rest]` in C order. Rows `lo..hi` of it, for the planes of rank

@@ -1,14 +1,16 @@
 //! What a prepared FFT, and its check, hold on a rank beyond the input and result, as the plan
 //! counts it: the input moved to the working slab, each phase's result, the transposes' scratch
 //! (an exchange's, or the batched transposes' landing and send buffers, which are no larger;
-//! column batch by column batch, its send, receive, landing and second-phase buffers),
+//! column batch by column batch, its send, receive, landing and second-phase buffers; down long
+//! columns from y-slabs, one batch's rows and the send, receive and landing buffers),
 //! the way back to the result's distribution, and the CPU's copies in its local phases (as much
 //! as the GPU's scratch for long transforms down columns takes: at most a phase's piece). The
 //! library's own plans and scratch (cuFFT's work area, rustfft's per-thread scratch of one
 //! line) are not counted.
 
 use super::{
-    Fft, FftKind, Slabs, as_slabs, check::inverse, columns, holds_whole, middle, symmetric_room,
+    Fft, FftKind, Slabs, as_slabs, check::inverse, columns, holds_whole, long_columns, middle,
+    symmetric_room,
 };
 use crate::dist::TensorState;
 use crate::ops::exchange::Side;
@@ -61,7 +63,16 @@ pub fn workspace(
             return to_work + piece(&middle) + columns + back_from(&natural) + phases;
         }
     }
-    to_work + piece(&middle) + staged(&middle, &transposed) + back + phases
+    let p = (ranks as usize, rank as usize);
+    let moved = match long_columns::applies(&middle, slabs.s0, p.0) {
+        true => long_columns::workspace(&middle, &transposed, p, step.batches),
+        false => 0,
+    };
+    let moved = match moved {
+        0 => staged(&middle, &transposed),
+        bytes => bytes,
+    };
+    to_work + piece(&middle) + moved + back + phases
 }
 
 /// The bytes an FFT's check holds on `rank`: the round trip's result, beside the inverse

@@ -8,7 +8,8 @@
 //! part of every box stays on its rank. r2c transforms the last axis first, c2r last, so that
 //! it is whole when they run. A 2-D transform from x-slabs down long columns that stays in
 //! y-slabs exchanges column batch by column batch, each batch's second phase running as it
-//! lands (`columns.rs`).
+//! lands (`columns.rs`); one from y-slabs down such columns turns each batch of them into rows
+//! for its first phase and back on its way to x-slabs (`long_columns.rs`).
 //! A rank that holds the whole tensor (one rank, or a replicated input) transforms every axis in
 //! one local phase.
 
@@ -17,6 +18,7 @@ mod by_rows;
 pub mod check;
 mod columns;
 pub mod local;
+mod long_columns;
 mod meaning;
 pub mod memory;
 mod op;
@@ -35,6 +37,7 @@ use anyhow::Result;
 use batched::Batched;
 use by_rows::ByRows;
 use columns::Columns;
+use long_columns::LongColumns;
 use crate::backend::work::{AxisOp, LONG_COLUMNS, Phase};
 
 /// The slab an FFT works from: 2-D r2c must hold its last axis whole first (x-slabs) and 2-D c2r
@@ -452,6 +455,9 @@ enum Move<B: Backend> {
     Planes(Batched<B>),
     /// Batch by batch of y-rows to x-slabs, overlapping the phase.
     Rows(ByRows<B>),
+    /// Batch by batch of long columns turned into rows and back on their way to x-slabs (the
+    /// phase runs with the move, from the stage's input into `after` in F order).
+    Turned(LongColumns<B>),
     /// Column batch by column batch to y-slabs, the second phase run on each as it lands
     /// (the whole FFT), then to the result's distribution where that differs.
     Columns(Box<Columns<B>>, Option<Box<Staged<B>>>),
@@ -483,12 +489,32 @@ impl<B: Backend> Stage<B> {
         Ok(Stage { phase, after, then })
     }
 
+    /// A first phase down long columns from y-slabs to `to`, the x-slabs ([`LongColumns`]);
+    /// None where that does not apply.
+    fn turned(
+        b: &B,
+        phase: &Phase,
+        (from, to): (&TensorState, &TensorState),
+        batches: Option<u32>,
+    ) -> Result<Option<Self>> {
+        let (ranks, rank) = (b.ranks() as u64, b.rank() as u64);
+        let Some(t) = LongColumns::new(b, from, to, phase, batches)? else {
+            return Ok(None);
+        };
+        Ok(Some(Stage {
+            phase: phase.clone(),
+            after: b.zeros(local_bytes(from, ranks, rank))?,
+            then: Move::Turned(t),
+        }))
+    }
+
     /// Runs the phase from `input` and the move after it; returns where the result lies.
     fn run(&mut self, b: &B, precision: DType, input: &B::Buf) -> Result<&B::Buf> {
         let after = &mut self.after;
         match &mut self.then {
             Move::Planes(p) => p.run(b, precision, input, after),
             Move::Rows(p) => p.run(b, precision, input, after),
+            Move::Turned(p) => p.run(b, precision, input, after),
             then => {
                 b.fft(precision, &self.phase, (input, 0), (&mut *after, 0))?;
                 match then {
@@ -511,6 +537,7 @@ impl<B: Backend> Stage<B> {
         match &self.then {
             Move::Planes(p) => Some(p.batches()),
             Move::Rows(p) => Some(p.batches()),
+            Move::Turned(p) => Some(p.batches()),
             Move::Columns(c, _) => Some(c.batches()),
             _ => None,
         }
@@ -521,6 +548,7 @@ impl<B: Backend> Stage<B> {
         match &mut self.then {
             Move::Planes(p) => Some(&mut p.route),
             Move::Rows(p) => Some(&mut p.route),
+            Move::Turned(p) => Some(&mut p.route),
             Move::Columns(c, _) => Some(&mut c.route),
             _ => None,
         }
@@ -533,6 +561,7 @@ impl<B: Backend> Stage<B> {
             Move::Whole(staged) => staged.out,
             Move::Planes(p) => p.out,
             Move::Rows(p) => p.out,
+            Move::Turned(p) => p.out,
             Move::Columns(c, None) => c.out,
             Move::Columns(_, Some(staged)) => staged.out,
         }
@@ -580,7 +609,10 @@ impl<B: Backend> PreparedFft<B> {
             });
         }
         let transposed = slabs.on(&middle, false);
-        let first = Stage::new(b, phase1, (&middle, &transposed), true, step.batches)?;
+        let first = match Stage::turned(b, &phase1, (&middle, &transposed), step.batches)? {
+            Some(first) => first,
+            None => Stage::new(b, phase1, (&middle, &transposed), true, step.batches)?,
+        };
         let natural = slabs.on(out, false);
         let by_batches = back_batched(step.kind, s0, out, ranks as usize);
         let second = Stage::new(b, phase2, (&natural, out), by_batches, step.batches)?;

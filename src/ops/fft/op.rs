@@ -63,9 +63,13 @@ impl Op for Fft {
         let (s0, s1) = (slabs.s0, 1 - slabs.s0);
         let held: Vec<String> = (0..nd).filter(|&a| a != s0).map(|a| a.to_string()).collect();
         let moved_in = slabs.on(input, true) != *input;
-        let (moved, each) = match slabs.transposed {
-            true => ("column batch by column batch to", " on each batch as it lands"),
-            false => ("all-to-all (batch by batch where the phase splits) to", ""),
+        let middle = slabs.on(&super::middle(self, input, out, s0), true);
+        let (moved, each) = if slabs.transposed {
+            ("column batch by column batch to", " on each batch as it lands")
+        } else if super::long_columns::applies(&middle, s0, ranks as usize) {
+            ("column batch by column batch, turned to rows and back, to", "")
+        } else {
+            ("all-to-all (batch by batch where the phase splits) to", "")
         };
         let detail = format!(
             "{}FFT of axes {} on {}-slabs, {moved} {}-slabs, FFT of axis {s0}{each}{}",
