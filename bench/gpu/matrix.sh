@@ -7,7 +7,8 @@
 # every kind against cuFFTMp where nvmath's wheels are in .tools/wheels and against one GPU,
 # distrun by NCCL and by NVSHMEM puts (`fft`: multi_gpu_fft.py), the collectives against cupyx
 # (`allreduce`: allreduce.sh, `collectives`: collectives.sh), matmul against cuBLASMp (`matmul`:
-# matmul.py, where the wheels are).
+# matmul.py, where the wheels are), redistributions between slabs and pencils against nvmath's
+# reshape (cuFFTMp's, where the wheels are; `redistribute`: multi_gpu_redistribute.py).
 # Each part's table goes to stdout under its heading; a part that fails says so and the rest go
 # on. PARTs name the parts to run (default all, in the order above), so that the matrix can be
 # split over commands of limited time; RANKS (default "2 4" as far as the GPUs go) the rank
@@ -19,7 +20,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 BIN=$(realpath "${1:-target/release/distrun}")
 shift || true
-PARTS=${*:-matmul1 fft1 layout1 checks1 startup1 fft allreduce collectives matmul}
+PARTS=${*:-matmul1 fft1 layout1 checks1 startup1 fft allreduce collectives matmul redistribute}
 PY=${PYTHON:-/opt/torch/.venv/bin/python}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)
@@ -48,6 +49,7 @@ if [ -n "${RANKS// /}" ]; then
   part fft "FFT of every kind on $RANKS GPUs" bash -c "cd bench/gpu && $PY multi_gpu_fft.py --bin $BIN --ranks $RANKS $PEER"
   part allreduce "all_reduce against cupyx" bench/gpu/allreduce.sh "$BIN"
   part collectives "collectives against cupyx" bench/gpu/collectives.sh "$BIN"
+  part redistribute "redistributions on $RANKS GPUs" bash -c "cd bench/gpu && $PY multi_gpu_redistribute.py --bin $BIN --ranks $RANKS $PEER"
   if [ -z "$PEER" ]; then
     part matmul "matmul against cuBLASMp" bash -c "cd bench/gpu && $PY matmul.py --bin $BIN --ranks $RANKS"
   fi

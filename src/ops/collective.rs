@@ -5,7 +5,7 @@
 //! its result is symmetric.
 
 use super::exchange::Side;
-use super::movement::{Movement, Route, local_bytes, staged_bytes};
+use super::movement::{Movement, PutPlan, Route, local_bytes, staged_bytes};
 use super::{Op, movement_check};
 use crate::backend::Backend;
 use crate::backend::work::{Run, Runs};
@@ -369,9 +369,8 @@ pub struct Prepared<B: Backend> {
     relayout: Option<(Movement, B::Buf)>,
     /// Bytes this rank sends to others per run (for bus bandwidth).
     pub sent_bytes: usize,
-    /// For a movement into a symmetric result: where this rank's part for each peer lands in
-    /// the peer's result (elements).
-    puts: Option<Vec<usize>>,
+    /// For a movement into a symmetric result: how this rank's parts go by puts.
+    puts: Option<PutPlan>,
     /// How a movement travels.
     route: Route,
 }
@@ -464,8 +463,8 @@ impl<B: Backend> Prepared<B> {
                     unreachable!("a movement has two scratch buffers")
                 };
                 match &self.puts {
-                    Some(at) if self.route.puts() => {
-                        m.run_puts(b, input, send, &mut self.out, at)?
+                    Some(plan) if self.route.puts() => {
+                        m.run_puts(b, input, send, &mut self.out, plan)?
                     }
                     _ => m.run(b, input, send, recv, &mut self.out)?,
                 }

@@ -20,11 +20,113 @@ pub fn local_bytes(state: &TensorState, ranks: u64, rank: u64) -> usize {
         })
 }
 
-/// Where rank `me`'s part for each rank lands in that rank's result, from every rank's
-/// `[receives straight into its result (0 or 1), where each sender's part lands...]`; None
-/// when some rank receives through a receive buffer (puts cannot reach it).
-fn landings(all: &[Vec<usize>], me: usize) -> Option<Vec<usize>> {
-    all.iter().map(|r| (r[0] == 1).then(|| r[1 + me])).collect()
+/// Bytes from which rows of a strided put go as they lie: a part in narrower rows is packed
+/// first, or (landing so) not put at all (the copy engines move short rows of a 2-D copy
+/// slowly).
+const PUT_ROW: usize = 2048;
+
+/// A part of a movement as one side of a put sees it: `height` rows of `width` elements,
+/// `pitch` apart, from element `first` of a piece (one row where the part is contiguous).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Span {
+    first: usize,
+    width: usize,
+    height: usize,
+    pitch: usize,
+}
+
+impl Span {
+    /// `count` contiguous elements from `first`.
+    fn flat(first: usize, count: usize) -> Self {
+        Span {
+            first,
+            width: count,
+            height: 1,
+            pitch: count,
+        }
+    }
+
+    /// The words a rank publishes for it (none: four zeros).
+    fn words(span: Option<Span>) -> [usize; 4] {
+        span.map_or([0; 4], |s| [s.first, s.width, s.height, s.pitch])
+    }
+}
+
+/// Each rank's part of `runs` (in rank order, `counts` elements each, back to back in a
+/// packed buffer: the runs' destination where `unpacking` is false, their source where it is
+/// true) as rows of the piece on the runs' other side: runs of one length (of at least
+/// [`PUT_ROW`] bytes, unless the part is one run) and unit strides, following each other in the
+/// buffer and a constant pitch apart in the piece. None where some part makes no such rows; a
+/// rank with no part has none.
+fn spans(
+    runs: &[Run],
+    counts: &[usize],
+    elem: usize,
+    unpacking: bool,
+) -> Option<Vec<Option<Span>>> {
+    // (buffer side, piece side) of a run.
+    let sides = |r: &Run| match unpacking {
+        true => (r.src, r.dst),
+        false => (r.dst, r.src),
+    };
+    let mut runs = runs.iter().peekable();
+    let mut at = 0;
+    let mut out = Vec::with_capacity(counts.len());
+    for &count in counts {
+        let end = at + count;
+        let part: Vec<Run> = std::iter::from_fn(|| runs.next_if(|r| sides(r).0 < end))
+            .copied()
+            .collect();
+        let Some(first) = part.first() else {
+            out.push(None);
+            continue;
+        };
+        let (w, n, start) = (first.count, part.len(), sides(first).1);
+        let pitch = part.get(1).map_or(w, |r| sides(r).1.wrapping_sub(start));
+        let rows = part.iter().enumerate().all(|(k, r)| {
+            (r.count, r.src_stride, r.dst_stride) == (w, 1, 1)
+                && sides(r) == (at + k * w, start + k * pitch)
+        });
+        if !rows || n * w != count || (n > 1 && w * elem < PUT_ROW) {
+            return None;
+        }
+        out.push(Some(Span {
+            first: start,
+            width: w,
+            height: n,
+            pitch,
+        }));
+        at = end;
+    }
+    Some(out)
+}
+
+/// The rows of one put from a part lying as `src` to where it lands as `dst` (bytes of
+/// `elem`-byte elements); None where both are rows of different widths.
+fn put_rows(src: Span, dst: Span, elem: usize) -> Option<Rows> {
+    let (width, height, src_pitch, dst_pitch) = if src.height == 1 {
+        (dst.width, dst.height, dst.width, dst.pitch)
+    } else if dst.height == 1 {
+        (src.width, src.height, src.pitch, src.width)
+    } else if src.width == dst.width {
+        (src.width, src.height, src.pitch, dst.pitch)
+    } else {
+        return None;
+    };
+    Some(Rows {
+        width: width * elem,
+        height,
+        src_pitch: src_pitch * elem,
+        dst_pitch: dst_pitch * elem,
+    })
+}
+
+/// A movement by puts, as this rank sends it: for each peer (None where it sends it nothing)
+/// where its part starts (elements: in the source piece, or in the send buffer where
+/// `packed`), where it starts in the peer's result, and its rows (bytes).
+pub struct PutPlan {
+    packed: bool,
+    parts: Vec<Option<(usize, usize, Rows)>>,
 }
 
 /// How a movement goes: by NCCL's exchange (MPI's on the CPU), or by NVSHMEM puts where its
@@ -70,6 +172,9 @@ pub struct Movement {
     from: Parts,
     /// The rank's own part travels with the others (both ends direct and contiguous).
     own_in_exchange: bool,
+    /// Each peer's part as rows of the source piece, where it is not contiguous there and
+    /// makes rows that puts may carry unpacked ([`spans`]).
+    send_rows: Option<Vec<Option<Span>>>,
 }
 
 impl Movement {
@@ -106,6 +211,10 @@ impl Movement {
         }
         Movement {
             elem,
+            send_rows: match ex.direct_send {
+                Some(_) => None,
+                None => spans(&ex.pack, &ex.send_counts, elem, false),
+            },
             ex,
             to,
             from,
@@ -144,56 +253,113 @@ impl Movement {
         Ok(())
     }
 
-    /// Where this rank's part for each peer lands in that peer's result (elements), so that
-    /// puts into a symmetric result can replace the exchange; None where some rank receives
-    /// through a receive buffer (its parts not contiguous in its result). Collective.
-    pub fn puts<B: Backend>(&self, b: &B) -> Result<Option<Vec<usize>>> {
+    /// How this rank's part for each peer goes by puts into the peer's symmetric result: from
+    /// the source piece as it lies (contiguous, or in rows) or packed first, into the peer's
+    /// result where it lands contiguously or in rows ([`spans`]); None where some rank's parts
+    /// land otherwise (in narrow rows, or scattered), which puts cannot reach. Collective.
+    pub fn puts<B: Backend>(&self, b: &B) -> Result<Option<PutPlan>> {
         if b.ranks() < 2 {
             return Ok(None);
         }
-        let direct = self.ex.direct_recv.is_some();
-        let mine: Vec<u8> = std::iter::once(u64::from(direct))
-            .chain(self.from.displs.iter().map(|&d| d as u64))
-            .flat_map(u64::to_le_bytes)
+        let mine: Vec<u8> = (self.landing().iter())
+            .flat_map(|&w| (w as u64).to_le_bytes())
             .collect();
-        let all: Vec<Vec<usize>> = b
-            .all_gather_bytes(&mine)?
-            .iter()
+        let all: Vec<Vec<usize>> = (b.all_gather_bytes(&mine)?.iter())
             .map(|r| {
                 r.chunks_exact(8)
                     .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")) as usize)
                     .collect()
             })
             .collect();
-        Ok(landings(&all, b.rank()))
+        Ok(self.put_plan(&all, b.rank()))
     }
 
-    /// Moves `src` into the symmetric `out` by puts: this rank's part for each peer (packed
-    /// into `send` first where not contiguous) goes straight into the peer's result at `at`,
-    /// peers in ring order; the own part by a local copy. Barriers before (every rank is done
-    /// with its result) and after (every put has landed).
+    /// Where each source's part lands in this rank's result, as the rank publishes it for
+    /// puts: `[lands (0 or 1), then first, width, height, pitch of each source's part]`
+    /// (zeros for a source that sends nothing, and where the parts do not land in rows).
+    fn landing(&self) -> Vec<usize> {
+        let ex = &self.ex;
+        let spans = match &ex.direct_recv {
+            Some(_) => Some(
+                (self.from.displs.iter().zip(&self.from.counts))
+                    .map(|(&d, &n)| (n > 0).then(|| Span::flat(d, n)))
+                    .collect(),
+            ),
+            None => spans(&ex.unpack, &ex.recv_counts, self.elem, true),
+        };
+        let lands = usize::from(spans.is_some());
+        let words = (spans
+            .unwrap_or_else(|| vec![None; ex.recv_counts.len()])
+            .into_iter())
+        .flat_map(Span::words);
+        std::iter::once(lands).chain(words).collect()
+    }
+
+    /// This rank's puts (see [`Movement::puts`]) from every rank's [`Movement::landing`].
+    fn put_plan(&self, all: &[Vec<usize>], me: usize) -> Option<PutPlan> {
+        let landing = |q: usize| -> Option<Option<Span>> {
+            let r = &all[q];
+            if r[0] != 1 {
+                return None;
+            }
+            let w = &r[1 + 4 * me..5 + 4 * me];
+            Some((w[2] > 0).then(|| Span {
+                first: w[0],
+                width: w[1],
+                height: w[2],
+                pitch: w[3],
+            }))
+        };
+        let lands: Vec<Option<Span>> = (0..all.len()).map(landing).collect::<Option<_>>()?;
+        let ranks = all.len();
+        let plan = |from: &dyn Fn(usize) -> Span, packed| -> Option<PutPlan> {
+            let parts = (0..ranks)
+                .map(|q| match (q != me).then_some(lands[q]).flatten() {
+                    Some(dst) if self.to.counts[q] > 0 => {
+                        let src = from(q);
+                        put_rows(src, dst, self.elem).map(|rows| Some((src.first, dst.first, rows)))
+                    }
+                    _ => Some(None),
+                })
+                .collect::<Option<_>>()?;
+            Some(PutPlan { packed, parts })
+        };
+        let contiguous = |q: usize| Span::flat(self.to.displs[q], self.to.counts[q]);
+        let unpacked = match (&self.ex.direct_send, &self.send_rows) {
+            (Some(_), _) => plan(&contiguous, false),
+            (None, Some(rows)) => plan(&|q| rows[q].unwrap_or(contiguous(q)), false),
+            (None, None) => None,
+        };
+        // Packed, each part is contiguous in the send buffer: it lands however the peer takes it.
+        unpacked.or_else(|| plan(&contiguous, self.ex.direct_send.is_none()))
+    }
+
+    /// Moves `src` into the symmetric `out` by puts as `plan` says ([`Movement::puts`]): this
+    /// rank's part for each peer (packed into `send` first where the plan says so) straight
+    /// into the peer's result, peers in ring order; the own part by a local copy. Barriers
+    /// before (every rank is done with its result) and after (every put has landed).
     pub fn run_puts<B: Backend>(
         &self,
         b: &B,
         src: &B::Buf,
         send: &mut B::Buf,
         out: &mut B::Buf,
-        at: &[usize],
+        plan: &PutPlan,
     ) -> Result<()> {
         let (ex, elem) = (&self.ex, self.elem);
         let (ranks, me) = (b.ranks(), b.rank());
         let puts = puts_of(b);
         puts.put_barrier()?;
-        let source = if ex.direct_send.is_some() {
-            src
-        } else {
+        let source = if plan.packed {
             b.copy_runs(src, send, &ex.pack, elem)?;
             &*send
+        } else {
+            src
         };
         for q in (1..ranks).map(|k| (me + k) % ranks) {
-            let bytes = self.to.counts[q] * elem;
-            let put = ((source, self.to.displs[q] * elem), (&*out, at[q] * elem));
-            puts.put(put.0, put.1, Rows::flat(bytes), q)?;
+            if let Some((from, to, rows)) = plan.parts[q] {
+                puts.put((source, from * elem), (&*out, to * elem), rows, q)?;
+            }
         }
         // The own part: as the exchange would have carried it, or by its local runs.
         if self.own_in_exchange {
@@ -320,19 +486,67 @@ pub fn regather<B: Backend>(
 
 #[cfg(test)]
 mod tests {
-    use super::landings;
+    use super::{Movement, PutPlan, Rows};
+    use crate::dist::TensorState;
+    use crate::init::tests::state;
+    use crate::spec::tensor::{DType, Distribution, Layout};
+
+    /// Rank `me`'s puts for a move from `from` to `to` over `ranks` ranks, from every rank's
+    /// landing as [`Movement::puts`] gathers them.
+    fn plan(from: &TensorState, to: &TensorState, ranks: u64, me: u64) -> Option<PutPlan> {
+        let moves: Vec<Movement> = (0..ranks)
+            .map(|r| Movement::new(from, to, ranks, r))
+            .collect();
+        let all: Vec<Vec<usize>> = moves.iter().map(Movement::landing).collect();
+        moves[me as usize].put_plan(&all, me as usize)
+    }
+
+    fn slab(shape: &[u64], axis: usize) -> TensorState {
+        state(shape, DType::F32, Layout::C, Distribution::slab(axis))
+    }
 
     #[test]
-    fn puts_land_where_each_receiver_expects_the_sender() {
-        // Three ranks receiving straight into their results; rank r's entry k says where
-        // rank k's part starts in r's result.
-        let all = vec![vec![1, 0, 10, 20], vec![1, 5, 0, 25], vec![1, 7, 17, 0]];
-        assert_eq!(landings(&all, 0), Some(vec![0, 5, 7]));
-        assert_eq!(landings(&all, 1), Some(vec![10, 0, 17]));
-        assert_eq!(landings(&all, 2), Some(vec![20, 25, 0]));
-        // One rank unpacks from a receive buffer: no puts for anyone.
-        let mut packed = all.clone();
-        packed[1][0] = 0;
-        assert_eq!(landings(&packed, 0), None);
+    fn puts_carry_rows_of_the_source_unpacked_where_they_are_wide() {
+        // f32 [8, 4096] from x-slabs to y-slabs over 4 ranks: rank 1 holds rows 2 and 3 and
+        // sends each peer its 1024 columns of both (4 KiB rows, 16 KiB apart), which land
+        // contiguous at the peer's rows 2 and 3.
+        let p = plan(&slab(&[8, 4096], 0), &slab(&[8, 4096], 1), 4, 1).expect("puts");
+        let rows = Rows {
+            width: 4096,
+            height: 2,
+            src_pitch: 16384,
+            dst_pitch: 4096,
+        };
+        assert!(!p.packed);
+        let parts = [
+            Some((0, 2048, rows)),
+            None,
+            Some((2048, 2048, rows)),
+            Some((3072, 2048, rows)),
+        ];
+        assert_eq!(p.parts, parts);
+        // Rows of 1 KiB are packed first: each part then goes flat, from the send buffer.
+        let p = plan(&slab(&[8, 1024], 0), &slab(&[8, 1024], 1), 4, 1).expect("puts");
+        assert!(p.packed);
+        assert_eq!(p.parts[0], Some((0, 512, Rows::flat(2048))));
+    }
+
+    #[test]
+    fn puts_land_in_rows_of_the_peers_result() {
+        // f32 [4, 4, 1024] from y-slabs to x-slabs over 2 ranks: rank 0's part for rank 1
+        // (its planes 2 and 3) is contiguous, and lands in rank 1's two planes at rows 0 and 1
+        // (8 KiB of each 16 KiB plane).
+        let shape = [4, 4, 1024];
+        let p = plan(&slab(&shape, 1), &slab(&shape, 0), 2, 0).expect("puts");
+        let rows = Rows {
+            width: 8192,
+            height: 2,
+            src_pitch: 8192,
+            dst_pitch: 16384,
+        };
+        assert_eq!(p.parts, [None, Some((4096, 0, rows))]);
+        assert!(!p.packed);
+        // Landing in rows of 16 bytes (4 columns of each row of an x-slab), puts cannot go.
+        assert!(plan(&slab(&[8, 8], 1), &slab(&[8, 8], 0), 2, 0).is_none());
     }
 }
