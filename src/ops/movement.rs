@@ -172,9 +172,6 @@ pub struct Movement {
     from: Parts,
     /// The rank's own part travels with the others (both ends direct and contiguous).
     own_in_exchange: bool,
-    /// Each peer's part as rows of the source piece, where it is not contiguous there and
-    /// makes rows that puts may carry unpacked ([`spans`]).
-    send_rows: Option<Vec<Option<Span>>>,
 }
 
 impl Movement {
@@ -211,10 +208,6 @@ impl Movement {
         }
         Movement {
             elem,
-            send_rows: match ex.direct_send {
-                Some(_) => None,
-                None => spans(&ex.pack, &ex.send_counts, elem, false),
-            },
             ex,
             to,
             from,
@@ -325,13 +318,15 @@ impl Movement {
             Some(PutPlan { packed, parts })
         };
         let contiguous = |q: usize| Span::flat(self.to.displs[q], self.to.counts[q]);
-        let unpacked = match (&self.ex.direct_send, &self.send_rows) {
-            (Some(_), _) => plan(&contiguous, false),
-            (None, Some(rows)) => plan(&|q| rows[q].unwrap_or(contiguous(q)), false),
-            (None, None) => None,
+        // Where the parts are not contiguous in the source, the rows they make there.
+        let ex = &self.ex;
+        let unpacked = match &ex.direct_send {
+            Some(_) => plan(&contiguous, false),
+            None => spans(&ex.pack, &ex.send_counts, self.elem, false)
+                .and_then(|rows| plan(&|q| rows[q].unwrap_or(contiguous(q)), false)),
         };
         // Packed, each part is contiguous in the send buffer: it lands however the peer takes it.
-        unpacked.or_else(|| plan(&contiguous, self.ex.direct_send.is_none()))
+        unpacked.or_else(|| plan(&contiguous, ex.direct_send.is_none()))
     }
 
     /// Moves `src` into the symmetric `out` by puts as `plan` says ([`Movement::puts`]): this

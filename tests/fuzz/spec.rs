@@ -7,8 +7,8 @@ use super::Target;
 use distrun::{plan, spec};
 
 /// Rank counts a spec is planned for: small, odd, large, one past the most there may be, and
-/// the largest count there is. (A plan at the most, 2^17 ranks, takes a good part of a second
-/// in a debug build: linear, but close to the fuzzer's limit for a hang.)
+/// the largest count there is. (A plan at the most, 2^17 ranks, takes up to about a second in
+/// a debug build: linear, but the reason the fuzzer's limit for a hang is 3 s.)
 const RANKS: [u64; 9] = [
     1,
     2,
