@@ -18,7 +18,7 @@ use super::slab_pieces;
 use crate::backend::work::{AxisOp, LONG_COLUMNS, Phase, Run, Runs};
 use crate::backend::{Backend, Puts, Rows, puts_of};
 use crate::dist::TensorState;
-use crate::ops::movement::Route;
+use crate::ops::movement::{Route, local_bytes};
 use crate::runtime::comm::Parts;
 use crate::spec::tensor::DType;
 use anyhow::Result;
@@ -73,6 +73,12 @@ struct Plan {
 /// [`LONG_COLUMNS`] points or more along x, over several ranks.
 pub(super) fn applies(middle: &TensorState, s0: usize, ranks: usize) -> bool {
     middle.shape.len() == 2 && s0 == 1 && middle.shape[0] >= LONG_COLUMNS as u64 && ranks > 1
+}
+
+/// The fewest columns any rank holds of `natural`'s y-slabs (None where they are no slab): no
+/// more batches than that.
+fn fewest(natural: &TensorState, ranks: usize) -> Option<usize> {
+    slab_pieces(natural, 1, ranks)?.iter().map(|y| y.1).min()
 }
 
 /// How the batches from `natural` (the y-slabs, C order) to `to` (the x-slabs, C order) go for
@@ -191,10 +197,7 @@ pub(super) fn workspace(
     wanted: Option<u32>,
 ) -> u64 {
     let elem = natural.dtype.size() as usize;
-    let fewest = (slab_pieces(natural, 1, ranks).into_iter().flatten())
-        .map(|y| y.1)
-        .min()
-        .unwrap_or(0);
+    let fewest = fewest(natural, ranks).unwrap_or(0);
     [false, true]
         .into_iter()
         .filter_map(|lead| {
@@ -228,8 +231,7 @@ impl<B: Backend> LongColumns<B> {
             [AxisOp::C2c { axis: 0, inverse }] if phase.scale.is_none() => inverse,
             _ => return Ok(None),
         };
-        let Some(fewest) = slab_pieces(natural, 1, ranks).and_then(|ys| ys.iter().map(|y| y.1).min())
-        else {
+        let Some(fewest) = fewest(natural, ranks) else {
             return Ok(None);
         };
         if !applies(natural, 1, ranks) || slab_pieces(to, 0, ranks).is_none() {
@@ -237,8 +239,8 @@ impl<B: Backend> LongColumns<B> {
         }
         let elem = natural.dtype.size() as usize;
         let room = slab_room(&natural.shape, elem, ranks, 0);
-        let piece = slab_pieces(to, 0, ranks).map_or(0, |xs| xs[me].1) * natural.shape[1] as usize;
-        let (out, can_put) = landing(b, room, piece * elem)?;
+        let piece = local_bytes(to, ranks as u64, me as u64);
+        let (out, can_put) = landing(b, room, piece)?;
         let split = batch_count(&natural.shape, elem, ranks, fewest, (wanted, ffts_lead(ranks, can_put)));
         let Some(p) = plan(natural, to, inverse, (ranks, me), split) else {
             return Ok(None);

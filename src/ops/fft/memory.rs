@@ -64,14 +64,11 @@ pub fn workspace(
         }
     }
     let p = (ranks as usize, rank as usize);
-    let moved = match long_columns::applies(&middle, slabs.s0, p.0) {
-        true => long_columns::workspace(&middle, &transposed, p, step.batches),
-        false => 0,
-    };
-    let moved = match moved {
-        0 => staged(&middle, &transposed),
-        bytes => bytes,
-    };
+    // Down long columns from y-slabs its own buffers; otherwise the exchange's (no larger).
+    let moved = (long_columns::applies(&middle, slabs.s0, p.0))
+        .then(|| long_columns::workspace(&middle, &transposed, p, step.batches))
+        .filter(|&bytes| bytes > 0)
+        .unwrap_or_else(|| staged(&middle, &transposed));
     to_work + piece(&middle) + moved + back + phases
 }
 
