@@ -8,6 +8,11 @@ at once; the figure is the bytes leaving one GPU per second (nccl-tests' busbw o
 Ways: copy engines, one stream per GPU (peers in ring order, as distrun's puts) or one stream
 per peer; the same as 2-D copies shaped like the FFT's way back (256 KiB rows); and an SM kernel
 writing into the peers, with a few block counts (it takes SMs from whatever else runs).
+
+With `--pairs` the GPUs instead exchange in pairs (0 <-> 1, 2 <-> 3: pencils to slabs on 4 GPUs),
+each sending `--mib` MiB to its partner only: contiguous or as 2-D copies (rows of `--row-kib`
+KiB, packed at the source, every other row at the destination), from one stream or split into
+row bands over several streams (the copy engines one copy may not fill), one way or both.
 """
 import argparse
 import time
@@ -33,8 +38,13 @@ def main():
     ap.add_argument("--widths", type=int, nargs="*", default=[],
                     help="also 2-D copies of rows this many KiB wide (packed at the source, "
                          "strided at the destination, as a transposed landing's puts)")
+    ap.add_argument("--pairs", action="store_true",
+                    help="exchange in pairs only (see above) instead of all to all")
+    ap.add_argument("--row-kib", type=int, default=2048, help="--pairs: the 2-D copies' rows")
     args = ap.parse_args()
     n = cp.cuda.runtime.getDeviceCount()
+    if args.pairs:
+        return pairs(n, args)
     part = args.mib << 20
     rt = cp.cuda.runtime
     src, dst, streams = [], [], []
@@ -155,6 +165,68 @@ def main():
           for f, b in ((0.1, 4), (0.2, 8), (0.3, 16))],
     ]:
         print(f"| {name} | {measure(issue):.1f} |", flush=True)
+
+
+def pairs(n, args):
+    """GPU i and i ^ 1 send each other `--mib` MiB: GB/s leaving each sending GPU."""
+    rt = cp.cuda.runtime
+    n -= n % 2
+    part, width = args.mib << 20, args.row_kib << 10
+    rows = part // width
+    src, dst, streams = [], [], []
+    for i in range(n):
+        with cp.cuda.Device(i):
+            try:
+                rt.deviceEnablePeerAccess(i ^ 1)
+            except rt.CUDARuntimeError:
+                pass
+            src.append(cp.ones(part, dtype=cp.uint8))
+            dst.append(cp.zeros(2 * part, dtype=cp.uint8))
+            streams.append([cp.cuda.Stream(non_blocking=True) for _ in range(8)])
+
+    def measure(senders, issue):
+        def once():
+            for i in senders:
+                with cp.cuda.Device(i):
+                    issue(i)
+        for _ in range(2):
+            once()
+        for i in range(n):
+            cp.cuda.Device(i).synchronize()
+        t0 = time.perf_counter()
+        for _ in range(args.iters):
+            once()
+        for i in range(n):
+            cp.cuda.Device(i).synchronize()
+        return part / ((time.perf_counter() - t0) / args.iters) / 1e9
+
+    def flat(k):
+        def issue(i):
+            step = part // k
+            for j in range(k):
+                rt.memcpyAsync(dst[i ^ 1].data.ptr + j * step, src[i].data.ptr + j * step, step,
+                               rt.memcpyDefault, streams[i][j].ptr)
+        return issue
+
+    def rows2d(k):
+        def issue(i):
+            band = -(-rows // k)
+            for j in range(k):
+                h = min(band, rows - j * band)
+                rt.memcpy2DAsync(dst[i ^ 1].data.ptr + j * band * 2 * width, 2 * width,
+                                 src[i].data.ptr + j * band * width, width, width, h,
+                                 rt.memcpyDefault, streams[i][j].ptr)
+        return issue
+
+    both, one = list(range(n)), list(range(0, n, 2))
+    print(f"{n} GPUs in pairs, {args.mib} MiB to the partner; GB/s leaving each sending GPU")
+    print("| way | both ways | one way |")
+    print("| --- | --- | --- |")
+    for name, issue in [
+        *[(f"contiguous, {k} stream(s)", flat(k)) for k in (1, 2, 4, 8)],
+        *[(f"2-D {args.row_kib} KiB rows, {k} stream(s)", rows2d(k)) for k in (1, 2, 4, 8)],
+    ]:
+        print(f"| {name} | {measure(both, issue):.1f} | {measure(one, issue):.1f} |", flush=True)
 
 
 if __name__ == "__main__":

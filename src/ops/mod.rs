@@ -9,6 +9,7 @@ pub mod exchange;
 pub mod movement;
 pub mod movement_check;
 mod op;
+pub mod rounds;
 pub mod sum;
 
 pub use op::Op;

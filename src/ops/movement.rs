@@ -3,6 +3,7 @@
 //! transposes, the checks), and the memory they take.
 
 use super::exchange::{self, Exchange, Side};
+use super::rounds;
 use crate::backend::work::Run;
 use crate::backend::{Backend, Puts, Rows, puts_of};
 use crate::dist::Placement;
@@ -123,10 +124,12 @@ fn put_rows(src: Span, dst: Span, elem: usize) -> Option<Rows> {
 
 /// A movement by puts, as this rank sends it: for each peer (None where it sends it nothing)
 /// where its part starts (elements: in the source piece, or in the send buffer where
-/// `packed`), where it starts in the peer's result, and its rows (bytes).
+/// `packed`), where it starts in the peer's result, and its rows (bytes); and the order of the
+/// peers ([`rounds::order`]).
 pub struct PutPlan {
     packed: bool,
     parts: Vec<Option<(usize, usize, Rows)>>,
+    order: Vec<usize>,
 }
 
 /// How a movement goes: by NCCL's exchange (MPI's on the CPU), or by NVSHMEM puts where its
@@ -305,6 +308,11 @@ impl Movement {
         };
         let lands: Vec<Option<Span>> = (0..all.len()).map(landing).collect::<Option<_>>()?;
         let ranks = all.len();
+        // What each rank sends each other, from where the parts land.
+        let load: Vec<Vec<usize>> = (0..ranks)
+            .map(|s| (all.iter()).map(|r| r[2 + 4 * s] * r[3 + 4 * s]).collect())
+            .collect();
+        let order = rounds::order(&load, me);
         let plan = |from: &dyn Fn(usize) -> Span, packed| -> Option<PutPlan> {
             let parts = (0..ranks)
                 .map(|q| match (q != me).then_some(lands[q]).flatten() {
@@ -315,7 +323,11 @@ impl Movement {
                     _ => Some(None),
                 })
                 .collect::<Option<_>>()?;
-            Some(PutPlan { packed, parts })
+            Some(PutPlan {
+                packed,
+                parts,
+                order: order.clone(),
+            })
         };
         let contiguous = |q: usize| Span::flat(self.to.displs[q], self.to.counts[q]);
         // Where the parts are not contiguous in the source, the rows they make there.
@@ -331,8 +343,9 @@ impl Movement {
 
     /// Moves `src` into the symmetric `out` by puts as `plan` says ([`Movement::puts`]): this
     /// rank's part for each peer (packed into `send` first where the plan says so) straight
-    /// into the peer's result, peers in ring order; the own part by a local copy. Barriers
-    /// before (every rank is done with its result) and after (every put has landed).
+    /// into the peer's result, peers in the plan's order, on the side stream (the copy
+    /// engines); meanwhile the own part by a local copy. Barriers before (every rank is done
+    /// with its result) and after (every put has landed).
     pub fn run_puts<B: Backend>(
         &self,
         b: &B,
@@ -342,7 +355,7 @@ impl Movement {
         plan: &PutPlan,
     ) -> Result<()> {
         let (ex, elem) = (&self.ex, self.elem);
-        let (ranks, me) = (b.ranks(), b.rank());
+        let me = b.rank();
         let puts = puts_of(b);
         puts.put_barrier()?;
         let source = if plan.packed {
@@ -351,11 +364,14 @@ impl Movement {
         } else {
             src
         };
-        for q in (1..ranks).map(|k| (me + k) % ranks) {
-            if let Some((from, to, rows)) = plan.parts[q] {
-                puts.put((source, from * elem), (&*out, to * elem), rows, q)?;
+        let sent = b.side(&mut || {
+            for &q in &plan.order {
+                if let Some((from, to, rows)) = plan.parts[q] {
+                    puts.put((source, from * elem), (&*out, to * elem), rows, q)?;
+                }
             }
-        }
+            Ok(())
+        })?;
         // The own part: as the exchange would have carried it, or by its local runs.
         if self.own_in_exchange {
             let own = Run::contiguous(self.to.displs[me], self.from.displs[me], self.to.counts[me]);
@@ -363,6 +379,7 @@ impl Movement {
         } else {
             b.copy_runs(src, out, &ex.local, elem)?;
         }
+        b.wait(&sent)?;
         puts.put_barrier()
     }
 
@@ -543,5 +560,30 @@ mod tests {
         assert!(!p.packed);
         // Landing in rows of 16 bytes (4 columns of each row of an x-slab), puts cannot go.
         assert!(plan(&slab(&[8, 8], 1), &slab(&[8, 8], 0), 2, 0).is_none());
+    }
+
+    #[test]
+    fn puts_from_pencils_go_so_that_no_rank_takes_two_at_once() {
+        // f32 [8, 8, 512] from 2 x 2 pencils (rank r at (r % 2, r / 2)) to x-slabs: ranks 1
+        // and 2 send halves of their box to two peers, 0 and 3 one half to one. Ring order
+        // would have 1 and 3 put into 2 first; here each rank first takes one part, then 1
+        // and 2 swap their second halves.
+        let boxes = (0..4u64)
+            .map(|r| {
+                let (i, j) = (r % 2 * 4, r / 2 * 4);
+                [vec![i, j, 0], vec![i + 4, j + 4, 512]]
+            })
+            .collect();
+        let pencils = state(
+            &[8, 8, 512],
+            DType::F32,
+            Layout::C,
+            Distribution::Boxes(boxes),
+        );
+        let to = slab(&[8, 8, 512], 0);
+        let orders: Vec<Vec<usize>> = (0..4)
+            .map(|r| plan(&pencils, &to, 4, r).expect("puts").order)
+            .collect();
+        assert_eq!(orders, [vec![1], vec![3, 2], vec![0, 1], vec![2]]);
     }
 }
