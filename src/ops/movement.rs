@@ -451,13 +451,17 @@ pub fn staged_bytes(from: &TensorState, to: &dyn exchange::Holdings, ranks: u64,
     scratch + landed
 }
 
-/// A movement with its scratch buffers and its destination.
+/// A movement with its scratch buffers and its destination, by NCCL's exchange or, where its
+/// destination is symmetric and puts reach it ([`Staged::routed`]), by puts as its route says.
 pub struct Staged<B: Backend> {
     movement: Movement,
     send: B::Buf,
     recv: B::Buf,
     /// Where the moved piece lands.
     pub out: B::Buf,
+    puts: Option<PutPlan>,
+    /// By NCCL or by puts (the step's trial runs choose, where puts can).
+    pub route: Route,
 }
 
 impl<B: Backend> Staged<B> {
@@ -469,13 +473,39 @@ impl<B: Backend> Staged<B> {
             send,
             recv,
             out: b.zeros(out_bytes)?,
+            puts: None,
+            route: Route::new(false),
+        })
+    }
+
+    /// As [`Staged::new`], but where the backend has puts the destination lies on the
+    /// symmetric heap, `room` bytes reserved on every rank (the largest piece; collective), so
+    /// that puts may make the move ([`Movement::puts`]).
+    pub fn routed(b: &B, movement: Movement, out_bytes: usize, room: usize) -> Result<Self> {
+        let Some(p) = b.puts() else {
+            return Self::new(b, movement, out_bytes);
+        };
+        let (send, recv) = movement.buffers(b)?;
+        let out = p.symmetric(room, out_bytes)?;
+        let puts = movement.puts(b)?;
+        Ok(Staged {
+            route: Route::new(puts.is_some()),
+            movement,
+            send,
+            recv,
+            out,
+            puts,
         })
     }
 
     /// Moves `src` and returns the moved piece.
     pub fn run(&mut self, b: &B, src: &B::Buf) -> Result<&B::Buf> {
-        self.movement
-            .run(b, src, &mut self.send, &mut self.recv, &mut self.out)?;
+        match (&self.puts, self.route.puts()) {
+            (Some(plan), true) => {
+                (self.movement).run_puts(b, src, &mut self.send, &mut self.out, plan)?
+            }
+            _ => (self.movement).run(b, src, &mut self.send, &mut self.recv, &mut self.out)?,
+        }
         Ok(&self.out)
     }
 }

@@ -184,6 +184,12 @@ fn plan(
 /// Bytes a rank holds for the column-batched exchange and second phase beyond the first
 /// phase's output and the result (see [`Columns`]): the send and receive buffers, the landed
 /// piece and the second phase's output; 0 where it does not apply.
+/// Whether the exchange from `middle` to `natural` goes column batch by column batch (the same
+/// on every rank).
+pub(super) fn applies(middle: &TensorState, natural: &TensorState, ranks: usize) -> bool {
+    plan(middle, natural, None, (ranks, 0), None).is_some()
+}
+
 pub(super) fn workspace(
     middle: &TensorState,
     natural: &TensorState,

@@ -246,7 +246,30 @@ pub fn symmetric_room(step: &Fft, input: &TensorState, out: &TensorState, ranks:
         true => batched::slab_room(&m.shape, elem, ranks, s0),
         false => 0,
     };
-    batched::slab_room(&m.shape, elem, ranks, 1 - s0) + back
+    let moves: usize = routed_rooms(step, input, out, ranks as u64).iter().flatten().sum();
+    batched::slab_room(&m.shape, elem, ranks, 1 - s0) + back + moves
+}
+
+/// Symmetric-heap room for the moves around an FFT's slabs by puts ([`Staged::routed`]), of
+/// its input and result as it works with them ([`as_slabs`]): into the working slab, where the
+/// input lies otherwise, and from the second phase's slab to the result, where no batched or
+/// column-batched way takes it (as [`PreparedFft::new`] builds them); None for a move that
+/// stays by NCCL, or is none. Each the largest piece over the ranks.
+fn routed_rooms(step: &Fft, input: &TensorState, out: &TensorState, ranks: u64) -> [Option<usize>; 2] {
+    if ranks < 2 {
+        return [None, None];
+    }
+    let slabs = Slabs::of(step, input, out, ranks);
+    let largest = |s: &TensorState| (0..ranks).map(|r| local_bytes(s, ranks, r)).max();
+    let work_in = slabs.on(input, true);
+    let to_work = (work_in != *input).then(|| largest(&work_in)).flatten();
+    let middle = slabs.on(&middle(step, input, out, slabs.s0), true);
+    let by_columns =
+        slabs.transposed && columns::applies(&middle, &slabs.natural(out), ranks as usize);
+    let back = slabs.on(out, false) != *out
+        && !by_columns
+        && !back_batched(step.kind, slabs.s0, out, ranks as usize);
+    [to_work, back.then(|| largest(out)).flatten()]
 }
 
 /// Whether an FFT working from slab `s0` may return to it batch by batch, each batch moving
@@ -466,13 +489,14 @@ enum Move<B: Backend> {
 impl<B: Backend> Stage<B> {
     /// A stage whose result moves from `from` to `to` after the phase: batch by batch (in
     /// `batches`, or as many as [`batched::batch_count`] chooses) where `batch` and a batched
-    /// way applies, in one movement otherwise.
+    /// way applies, in one movement otherwise (with `room`, one that puts may make:
+    /// [`Staged::routed`]).
     fn new(
         b: &B,
         phase: Phase,
         (from, to): (&TensorState, &TensorState),
-        batch: bool,
-        batches: Option<u32>,
+        (batch, batches): (bool, Option<u32>),
+        room: Option<usize>,
     ) -> Result<Self> {
         let (ranks, rank) = (b.ranks() as u64, b.rank() as u64);
         let after = b.zeros(local_bytes(from, ranks, rank))?;
@@ -483,8 +507,11 @@ impl<B: Backend> Stage<B> {
         } else if let Some(p) = batch.then(|| ByRows::new(b, from, to, &phase, batches)).transpose()?.flatten() {
             Move::Rows(p)
         } else {
-            let m = Movement::new(from, to, ranks, rank);
-            Move::Whole(Box::new(Staged::new(b, m, local_bytes(to, ranks, rank))?))
+            let (m, bytes) = (Movement::new(from, to, ranks, rank), local_bytes(to, ranks, rank));
+            Move::Whole(Box::new(match room {
+                Some(room) => Staged::routed(b, m, bytes, room)?,
+                None => Staged::new(b, m, bytes)?,
+            }))
         };
         Ok(Stage { phase, after, then })
     }
@@ -543,9 +570,10 @@ impl<B: Backend> Stage<B> {
         }
     }
 
-    /// The route of a batched move (None for the others).
+    /// The route of a batched move, or of one movement (None for the others).
     fn route(&mut self) -> Option<&mut Route> {
         match &mut self.then {
+            Move::Whole(staged) => Some(&mut staged.route),
             Move::Planes(p) => Some(&mut p.route),
             Move::Rows(p) => Some(&mut p.route),
             Move::Turned(p) => Some(&mut p.route),
@@ -590,11 +618,17 @@ impl<B: Backend> PreparedFft<B> {
         let s0 = slabs.s0;
         let middle = slabs.on(&middle(step, input, out, s0), true);
         let work_in = slabs.on(input, true);
-        let to_work = if work_in == *input {
-            None
-        } else {
-            let m = Movement::new(input, &work_in, ranks, rank);
-            Some(Staged::new(b, m, local_bytes(&work_in, ranks, rank))?)
+        let [to_work_room, back_room] = routed_rooms(step, input, out, ranks);
+        let to_work = match to_work_room {
+            Some(room) => {
+                let m = Movement::new(input, &work_in, ranks, rank);
+                Some(Staged::routed(b, m, local_bytes(&work_in, ranks, rank), room)?)
+            }
+            None if work_in != *input => {
+                let m = Movement::new(input, &work_in, ranks, rank);
+                Some(Staged::new(b, m, local_bytes(&work_in, ranks, rank))?)
+            }
+            None => None,
         };
         let [phase1, phase2] = phases(step, (input, out), &slabs, (ranks, rank));
         if slabs.transposed
@@ -611,11 +645,11 @@ impl<B: Backend> PreparedFft<B> {
         let transposed = slabs.on(&middle, false);
         let first = match Stage::turned(b, &phase1, (&middle, &transposed), step.batches)? {
             Some(first) => first,
-            None => Stage::new(b, phase1, (&middle, &transposed), true, step.batches)?,
+            None => Stage::new(b, phase1, (&middle, &transposed), (true, step.batches), None)?,
         };
         let natural = slabs.on(out, false);
         let by_batches = back_batched(step.kind, s0, out, ranks as usize);
-        let second = Stage::new(b, phase2, (&natural, out), by_batches, step.batches)?;
+        let second = Stage::new(b, phase2, (&natural, out), (by_batches, step.batches), back_room)?;
         Ok(PreparedFft {
             precision: middle.dtype,
             to_work,
@@ -671,7 +705,7 @@ impl<B: Backend> PreparedFft<B> {
         Ok(PreparedFft {
             precision: middle(step, input, out, 0).dtype,
             to_work,
-            first: Stage::new(b, phase, (&natural, out), false, None)?,
+            first: Stage::new(b, phase, (&natural, out), (false, None), None)?,
             second: None,
         })
     }
@@ -682,18 +716,20 @@ impl<B: Backend> PreparedFft<B> {
         self.first.batches().into_iter().chain(second).collect()
     }
 
-    /// The batched moves' routes.
+    /// The moves' routes: into the working slab, the transposes, back to the result.
     fn routes(&mut self) -> impl Iterator<Item = &mut Route> {
+        let to_work = self.to_work.as_mut().map(|s| &mut s.route);
         let second = self.second.as_mut().and_then(Stage::route);
-        self.first.route().into_iter().chain(second)
+        to_work.into_iter().chain(self.first.route()).chain(second)
     }
 
-    /// Whether the transposes can move by NVSHMEM puts (see [`PreparedFft::set_via`]).
+    /// Whether some move (a transpose, or into or out of the slabs) can go by NVSHMEM puts (see
+    /// [`PreparedFft::set_via`]).
     pub fn can_put(&mut self) -> bool {
         self.routes().any(|r| r.can_put())
     }
 
-    /// Moves the transposes by NCCL or, where [`PreparedFft::can_put`], by puts.
+    /// Moves the data by NCCL or by puts, every move that can ([`PreparedFft::can_put`]).
     pub fn set_via(&mut self, via: CommBackend) {
         self.routes().for_each(|r| r.set(via));
     }
@@ -721,6 +757,7 @@ impl<B: Backend> PreparedFft<B> {
 mod tests {
     use super::check::inverse;
     use super::symmetric_room;
+    use crate::dist::TensorState;
     use crate::init::tests::state;
     use crate::ops::fft::Fft;
     use crate::spec::tensor::{Axis, DType, Distribution, Layout};
@@ -752,20 +789,24 @@ mod tests {
         );
     }
 
-    #[test]
-    fn slab_pieces_follow_the_boxes_they_come_from_and_go_to() {
-        use super::{Slabs, slab_pieces};
-        // Pencils on a 2 x 2 grid, rank r at (r % 2, r / 2): ranks 0 and 2 hold x 0..15, so
-        // they take the first two x-slabs (each keeps half its box); y 0..13 is ranks 0 and 1's,
-        // so the y-slabs keep the ranks' order.
+    /// c64 [30, 27, 33] in pencils on a 2 x 2 grid, rank r at (r % 2, r / 2).
+    fn pencils() -> TensorState {
         let b = |lo: [u64; 3], hi: [u64; 3]| [lo.to_vec(), hi.to_vec()];
-        let pencils = Distribution::Boxes(vec![
+        let boxes = Distribution::Boxes(vec![
             b([0, 0, 0], [15, 13, 33]),
             b([15, 0, 0], [30, 13, 33]),
             b([0, 13, 0], [15, 27, 33]),
             b([15, 13, 0], [30, 27, 33]),
         ]);
-        let x = state(&[30, 27, 33], DType::C64, Layout::C, pencils);
+        state(&[30, 27, 33], DType::C64, Layout::C, boxes)
+    }
+
+    #[test]
+    fn slab_pieces_follow_the_boxes_they_come_from_and_go_to() {
+        use super::{Slabs, slab_pieces};
+        // Ranks 0 and 2 hold x 0..15, so they take the first two x-slabs (each keeps half its
+        // box); y 0..13 is ranks 0 and 1's, so the y-slabs keep the ranks' order.
+        let x = pencils();
         let slabs = Slabs::of(&fft("c2c"), &x, &x, 4);
         let work = slabs.on(&x, true);
         let xs = slab_pieces(&work, 0, 4).expect("x-slab pieces");
@@ -832,11 +873,29 @@ mod tests {
         );
         assert_eq!(symmetric_room(&fft("c2c"), &c, &c, 1), 0);
         // A 2-D c2r starts from y-slabs (to x-slabs by rows, 8 of 30 planes; its result, real,
-        // goes back in one movement), its check's inverse (an r2c) from x-slabs.
+        // goes back in one movement, into the largest y-slab piece: 30 x 7), its check's
+        // inverse (an r2c) from x-slabs, where its input moves first (8 of 30 planes).
         let spectrum = state(&[30, 14], DType::C128, Layout::C, from_y.dist.clone());
         let signal = state(&[30, 27], DType::F64, Layout::C, from_y.dist);
-        assert_eq!(symmetric_room(&fft("c2r"), &spectrum, &signal, 4), 8 * 14 * 16);
+        assert_eq!(
+            symmetric_room(&fft("c2r"), &spectrum, &signal, 4),
+            8 * 14 * 16 + 30 * 7 * 8
+        );
         let back = inverse(&fft("c2r"));
-        assert_eq!(symmetric_room(&back, &signal, &spectrum, 4), 30 * 4 * 16);
+        assert_eq!(
+            symmetric_room(&back, &signal, &spectrum, 4),
+            30 * 4 * 16 + 8 * 27 * 8
+        );
+    }
+
+    #[test]
+    fn puts_get_room_for_the_moves_from_and_back_to_pencils() {
+        // Into x-slabs (the largest piece 8 planes), the transposed y-slabs (7 rows), and back
+        // into the largest box (15 x 14) in one movement each, which puts may make.
+        let x = pencils();
+        assert_eq!(
+            symmetric_room(&fft("c2c"), &x, &x, 4),
+            (8 * 27 * 33 + 30 * 7 * 33 + 15 * 14 * 33) * 8
+        );
     }
 }

@@ -1,5 +1,5 @@
 //! The FFT as an [`Op`]: its meaning check (`meaning.rs`), its memory (`memory.rs`), and its
-//! run: its transposes by NCCL or puts (trial runs choose), then the round trip and Parseval's
+//! run: its moves by NCCL or puts (trial runs choose), then the round trip and Parseval's
 //! check.
 
 use super::{Fft, FftKind, PreparedFft, check, memory};
