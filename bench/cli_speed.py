@@ -4,7 +4,8 @@
 - `distrun validate` of a 500-step spec (every pass: TOML, schema, meaning), against
   check-jsonschema validating the same file against the same schema (schema pass only).
 - `distrun plan --ranks 4096` of specs/gemm_block_cyclic.toml (local shapes of 4096 ranks,
-  algorithm choice, heap), table and JSON.
+  algorithm choice, heap), table and JSON; and of the slab FFT specs at 16384 ranks (each rank's
+  workspace).
 - `distrun validate` of a 10 MB spec of 170,000 tensors, against Python's own `tomllib` only
   parsing the same file (no schema, no meaning); and of a spec with 60,000 misspelled names on
   one line (every error reported).
@@ -93,6 +94,10 @@ def main():
     print(f"distrun plan --ranks 4096 gemm_block_cyclic (table): {p*1e3:7.1f} ms")
     pj = median_time([DISTRUN, "plan", bc, "--ranks", "4096", "--json"], 20)
     print(f"distrun plan --ranks 4096 gemm_block_cyclic (json):  {pj*1e3:7.1f} ms")
+    for name in ("fft3d", "fft2d_r2c"):
+        spec = os.path.join(ROOT, "specs", f"{name}.toml")
+        f = median_time([DISTRUN, "plan", spec, "--ranks", "16384"], 5)
+        print(f"distrun plan --ranks 16384 {name + ':':<12}             {f*1e3:7.1f} ms")
 
 
 if __name__ == "__main__":

@@ -74,11 +74,11 @@ fn plan(
     (ranks, me): (usize, usize),
     wanted: Option<u32>,
 ) -> Option<Plan> {
-    let xs = slab_pieces(middle, 0, ranks)?;
-    let ys = slab_pieces(natural, 1, ranks)?;
     if ranks < 2 || middle.shape.len() != 2 {
         return None;
     }
+    let xs = slab_pieces(middle, 0, ranks)?;
+    let ys = slab_pieces(natural, 1, ranks)?;
     let (n0, n1) = (middle.shape[0] as usize, middle.shape[1] as usize);
     let elem = middle.dtype.size() as usize;
     let fewest = ys.iter().map(|y| y.1).min().unwrap_or(0);
@@ -181,15 +181,15 @@ fn plan(
     })
 }
 
-/// Bytes a rank holds for the column-batched exchange and second phase beyond the first
-/// phase's output and the result (see [`Columns`]): the send and receive buffers, the landed
-/// piece and the second phase's output; 0 where it does not apply.
 /// Whether the exchange from `middle` to `natural` goes column batch by column batch (the same
 /// on every rank).
 pub(super) fn applies(middle: &TensorState, natural: &TensorState, ranks: usize) -> bool {
     plan(middle, natural, None, (ranks, 0), None).is_some()
 }
 
+/// Bytes a rank holds for the column-batched exchange and second phase beyond the first
+/// phase's output and the result (see [`Columns`]): the send and receive buffers, the landed
+/// piece and the second phase's output; 0 where it does not apply.
 pub(super) fn workspace(
     middle: &TensorState,
     natural: &TensorState,

@@ -17,73 +17,76 @@ use crate::ops::exchange::Side;
 use crate::ops::movement::{local_bytes, staged_bytes};
 use crate::ops::checks::lanes_scratch;
 
-/// The bytes an FFT from `input` to `out` holds on `rank` beyond both.
+/// The bytes an FFT from `input` to `out` holds on each rank beyond both, by rank: the states it
+/// works through are worked out once, for every rank (each of which takes time that grows with
+/// the ranks).
 pub fn workspace(
     step: &Fft,
     input: &TensorState,
     out: &TensorState,
-    (ranks, rank): (u64, u64),
-) -> u64 {
+    ranks: u64,
+) -> Box<dyn Fn(u64) -> u64> {
     if holds_whole(input, ranks) {
-        return whole_workspace(step, input, out, (ranks, rank));
+        let (step, input, out) = (step.clone(), input.clone(), out.clone());
+        return Box::new(move |rank| whole_workspace(&step, &input, &out, (ranks, rank)));
     }
-    let [input, out] = &as_slabs(input, out, ranks);
-    let piece = |s: &TensorState| local_bytes(s, ranks, rank) as u64;
-    let staged =
-        |from: &TensorState, to: &TensorState| staged_bytes(from, &Side::of(to), ranks, rank);
-    let slabs = Slabs::of(step, input, out, ranks);
-    let middle = slabs.on(&middle(step, input, out, slabs.s0), true);
-    let work_in = slabs.on(input, true);
-    let to_work = if work_in == *input {
-        0
-    } else {
-        staged(input, &work_in)
-    };
+    let [input, out] = as_slabs(input, out, ranks);
+    let slabs = Slabs::of(step, &input, &out, ranks);
+    let middle = slabs.on(&middle(step, &input, &out, slabs.s0), true);
+    let work_in = slabs.on(&input, true);
     let transposed = slabs.on(&middle, false);
-    let natural = slabs.on(out, false);
-    // The second phase's result is the result itself when it is where the result goes.
-    let back_from = |natural: &TensorState| match natural == out {
-        true => 0,
-        false => piece(natural) + staged(natural, out) - piece(out),
-    };
-    let back = back_from(&natural);
-    // The CPU's local phases work on a copy of their input, beside their result (an r2c's
-    // complex lines, a c2r's real ones).
-    let phases = (piece(&work_in) + piece(&middle)).max(match step.kind {
-        FftKind::C2r => piece(&transposed) + piece(&natural),
-        _ => piece(&transposed),
-    });
-    // Landing transposed, column batch by column batch (see `columns.rs`): its buffers, and
-    // the result in C order before it moves on where that is not the result.
-    if slabs.transposed {
-        let natural = slabs.natural(out);
-        let columns =
-            columns::workspace(&middle, &natural, (ranks as usize, rank as usize), step.batches);
-        if columns > 0 {
-            return to_work + piece(&middle) + columns + back_from(&natural) + phases;
+    let natural = slabs.on(&out, false);
+    // Landing transposed, column batch by column batch (see `columns.rs`): the result in C
+    // order before it moves on.
+    let by_columns = slabs.transposed.then(|| slabs.natural(&out));
+    let long = long_columns::applies(&middle, slabs.s0, ranks as usize);
+    let (kind, batches) = (step.kind, step.batches);
+    Box::new(move |rank| {
+        let piece = |s: &TensorState| local_bytes(s, ranks, rank) as u64;
+        let staged =
+            |from: &TensorState, to: &TensorState| staged_bytes(from, &Side::of(to), ranks, rank);
+        let to_work = match work_in == input {
+            true => 0,
+            false => staged(&input, &work_in),
+        };
+        // The second phase's result is the result itself when it is where the result goes.
+        let back_from = |natural: &TensorState| match *natural == out {
+            true => 0,
+            false => piece(natural) + staged(natural, &out) - piece(&out),
+        };
+        // The CPU's local phases work on a copy of their input, beside their result (an r2c's
+        // complex lines, a c2r's real ones).
+        let phases = (piece(&work_in) + piece(&middle)).max(match kind {
+            FftKind::C2r => piece(&transposed) + piece(&natural),
+            _ => piece(&transposed),
+        });
+        let p = (ranks as usize, rank as usize);
+        if let Some(natural) = &by_columns {
+            let columns = columns::workspace(&middle, natural, p, batches);
+            if columns > 0 {
+                return to_work + piece(&middle) + columns + back_from(natural) + phases;
+            }
         }
-    }
-    let p = (ranks as usize, rank as usize);
-    // Down long columns from y-slabs its own buffers; otherwise the exchange's (no larger).
-    let moved = (long_columns::applies(&middle, slabs.s0, p.0))
-        .then(|| long_columns::workspace(&middle, &transposed, p, step.batches))
-        .filter(|&bytes| bytes > 0)
-        .unwrap_or_else(|| staged(&middle, &transposed));
-    to_work + piece(&middle) + moved + back + phases
+        // Down long columns from y-slabs its own buffers; otherwise the exchange's (no larger).
+        let moved = (long.then(|| long_columns::workspace(&middle, &transposed, p, batches)))
+            .filter(|&bytes| bytes > 0)
+            .unwrap_or_else(|| staged(&middle, &transposed));
+        to_work + piece(&middle) + moved + back_from(&natural) + phases
+    })
 }
 
-/// The bytes an FFT's check holds on `rank`: the round trip's result, beside the inverse
-/// transform's workspace while it runs; for a c2r then the planes of its first and last bins,
-/// whole, of the input and of the round trip (staged through one buffer, then both as complex
-/// f64 values); and the scratch of its sums of energies and gaps, weighted along the last axis.
+/// The bytes an FFT's check holds on each rank, by rank: the round trip's result, beside the
+/// inverse transform's workspace while it runs; for a c2r then the planes of its first and last
+/// bins, whole, of the input and of the round trip (staged through one buffer, then both as
+/// complex f64 values); and the scratch of its sums of energies and gaps, weighted along the
+/// last axis.
 pub fn check_workspace(
     step: &Fft,
     input: &TensorState,
     out: &TensorState,
-    (ranks, rank): (u64, u64),
-) -> u64 {
-    let round_trip = local_bytes(input, ranks, rank) as u64;
-    let inverse = workspace(&inverse(step), out, input, (ranks, rank));
+    ranks: u64,
+) -> Box<dyn Fn(u64) -> u64> {
+    let inverse = workspace(&inverse(step), out, input, ranks);
     let planes = match step.kind {
         FftKind::C2r => {
             // At most two bins per plane.
@@ -94,8 +97,12 @@ pub fn check_workspace(
     };
     let last = |s: &TensorState| *s.shape.last().unwrap_or(&1) as usize;
     let sums = lanes_scratch(last(input).max(last(out)));
-    // The inverse's workspace is gone by the time the planes are gathered or the sums taken.
-    round_trip + inverse.max(planes).max(sums)
+    let input = input.clone();
+    Box::new(move |rank| {
+        let round_trip = local_bytes(&input, ranks, rank) as u64;
+        // The inverse's workspace is gone by the time the planes are gathered or the sums taken.
+        round_trip + inverse(rank).max(planes).max(sums)
+    })
 }
 
 /// Symmetric-heap room for an FFT's transposed slab by puts (and its inverse's, which its check

@@ -619,17 +619,16 @@ impl<B: Backend> PreparedFft<B> {
         let middle = slabs.on(&middle(step, input, out, s0), true);
         let work_in = slabs.on(input, true);
         let [to_work_room, back_room] = routed_rooms(step, input, out, ranks);
-        let to_work = match to_work_room {
-            Some(room) => {
+        let to_work = (work_in != *input)
+            .then(|| {
                 let m = Movement::new(input, &work_in, ranks, rank);
-                Some(Staged::routed(b, m, local_bytes(&work_in, ranks, rank), room)?)
-            }
-            None if work_in != *input => {
-                let m = Movement::new(input, &work_in, ranks, rank);
-                Some(Staged::new(b, m, local_bytes(&work_in, ranks, rank))?)
-            }
-            None => None,
-        };
+                let bytes = local_bytes(&work_in, ranks, rank);
+                match to_work_room {
+                    Some(room) => Staged::routed(b, m, bytes, room),
+                    None => Staged::new(b, m, bytes),
+                }
+            })
+            .transpose()?;
         let [phase1, phase2] = phases(step, (input, out), &slabs, (ranks, rank));
         if slabs.transposed
             && let Some(first) =

@@ -41,8 +41,8 @@ impl Op for Fft {
     fn needs<'a>(&'a self, planned: &'a StepPlan, out: &'a TensorState, ranks: u64) -> Needs<'a> {
         let input = &planned.input_states[0];
         Needs {
-            run: Box::new(move |r| memory::workspace(self, input, out, (ranks, r))),
-            check: Box::new(move |r| memory::check_workspace(self, input, out, (ranks, r))),
+            run: memory::workspace(self, input, out, ranks),
+            check: memory::check_workspace(self, input, out, ranks),
             heap: memory::heap_room(self, input, out, ranks),
         }
     }
