@@ -17,9 +17,8 @@ use crate::ops::exchange::Side;
 use crate::ops::movement::{local_bytes, staged_bytes};
 use crate::ops::checks::lanes_scratch;
 
-/// The bytes an FFT from `input` to `out` holds on each rank beyond both, by rank: the states it
-/// works through are worked out once, for every rank (each of which takes time that grows with
-/// the ranks).
+/// The bytes an FFT from `input` to `out` holds on each rank beyond both, by rank. The states it
+/// works through are worked out once for all ranks: each takes time that grows with the ranks.
 pub fn workspace(
     step: &Fft,
     input: &TensorState,
