@@ -21,7 +21,7 @@ Prints one row per case and rank count: distrun's time, its speed against the pe
 peer's time over distrun's, >= 1.0 is the target) and against one GPU.
 """
 import nvmath_peer
-from one_gpu import ENV, arguments, first_step
+from one_gpu import ENV, first_step, multi_gpu_arguments
 from one_gpu_fft import cupy_time, spec
 
 # name: (kind, input dtype, input shape, slab axis of the input or "pencils")
@@ -76,11 +76,7 @@ def distrun_spec(name, p, via, iterations):
 
 
 def main():
-    ap = arguments(CASES, iterations=10)
-    ap.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
-    ap.add_argument("--no-peer", action="store_true")
-    ap.add_argument("--via", nargs="+", default=["nccl", "nvshmem"], choices=["nccl", "nvshmem"])
-    a = ap.parse_args()
+    a = multi_gpu_arguments(CASES).parse_args()
     one = {}
     for name in a.cases:
         kind, dtype, shape, _ = CASES[name]

@@ -19,7 +19,7 @@ import math
 
 import nvmath_peer
 from multi_gpu_fft import pencils
-from one_gpu import ENV, arguments, first_step
+from one_gpu import ENV, first_step, multi_gpu_arguments
 
 # name: (dtype, global shape, from, to): a slab axis, or "pencils" (boxes over a 2 x P/2 grid)
 CASES = {
@@ -69,11 +69,7 @@ tensors = []
 
 
 def main():
-    ap = arguments(CASES, iterations=10)
-    ap.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
-    ap.add_argument("--no-peer", action="store_true")
-    ap.add_argument("--via", nargs="+", default=["nccl", "nvshmem"], choices=["nccl", "nvshmem"])
-    a = ap.parse_args()
+    a = multi_gpu_arguments(CASES).parse_args()
     print("| case | GPUs | via | distrun ms | check | nvmath reshape ms | distrun speed vs nvmath | GB/s a rank |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for p in a.ranks:

@@ -52,3 +52,13 @@ def arguments(cases, iterations=20):
     ap.add_argument("--cases", nargs="+", default=list(cases))
     ap.add_argument("--iterations", type=int, default=iterations)
     return ap
+
+
+def multi_gpu_arguments(cases, iterations=10):
+    """`arguments` and those of the benchmarks on several GPUs: --ranks, --no-peer (skip the
+    peer library), --via (distrun's moves by NCCL, or by NVSHMEM puts where they can)."""
+    ap = arguments(cases, iterations)
+    ap.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
+    ap.add_argument("--no-peer", action="store_true")
+    ap.add_argument("--via", nargs="+", default=["nccl", "nvshmem"], choices=["nccl", "nvshmem"])
+    return ap
