@@ -247,6 +247,56 @@ tensors = ["z"]
     assert!(heap >= x.1.max(z.1) + y.1 && heap.is_multiple_of(512));
 }
 
+/// The room an FFT's moves by puts take: on NVSHMEM's heap to the end where the backends name
+/// it; without it, on several GPU ranks, in NCCL windows that the step holds while it runs
+/// (counted in its workspace); on the CPU nowhere.
+#[test]
+fn plan_counts_the_room_for_puts_where_it_lies() {
+    let plan_of = |device: &str, backends: &str| {
+        let spec = temp_spec(
+            &format!("puts-room-{device}-{}", backends.len()),
+            &format!(
+                r#"[job]
+name = "puts-room"
+[runtime]
+device = "{device}"
+{backends}
+[tensors.x]
+shape = [64, 48, 40]
+dtype = "c64"
+distribution = {{ slab = 0 }}
+init = "ones"
+[[steps]]
+op = "fft"
+input = "x"
+out = "y"
+[output]
+tensors = []
+"#
+            ),
+        );
+        let plan = Distrun::new()
+            .args(["plan", spec.to_str().unwrap(), "--ranks", "3", "--json"])
+            .run()
+            .code(0)
+            .json();
+        let step = &plan["steps"][0];
+        (
+            step["workspace_bytes_per_rank"].as_u64().unwrap(),
+            step["heap_bytes"].as_u64().unwrap(),
+            plan["peak_bytes_per_rank"].as_u64().unwrap(),
+        )
+    };
+    let (cpu_run, cpu_heap, _) = plan_of("cpu", "");
+    let (nv_run, room, nv_peak) = plan_of("cuda", r#"backends = ["nccl", "nvshmem"]"#);
+    let (win_run, win_heap, win_peak) = plan_of("cuda", "");
+    assert_eq!(cpu_heap, 0);
+    assert!(room > 0, "an FFT's transpose by puts needs room");
+    assert_eq!(nv_run, cpu_run, "NVSHMEM's room lies on the heap");
+    assert_eq!((win_run, win_heap), (cpu_run + room, 0));
+    assert_eq!(win_peak, nv_peak, "the same bytes, held by the step");
+}
+
 #[test]
 fn plan_table_is_readable() {
     let ran = Distrun::new()

@@ -162,6 +162,10 @@ pub enum NoPuts {}
 impl Puts for NoPuts {
     type Buf = Vec<u8>;
 
+    fn name(&self) -> &'static str {
+        match *self {}
+    }
+
     fn symmetric(&self, _: usize, _: usize) -> Result<Vec<u8>> {
         match *self {}
     }

@@ -196,10 +196,10 @@ pub trait Backend {
     fn side(&self, comm: &mut dyn FnMut() -> Result<()>) -> Result<Self::Mark>;
     /// Makes the work queued next wait for a [`Backend::side`] stretch to finish.
     fn wait(&self, mark: &Self::Mark) -> Result<()>;
-    /// The backend's puts into other ranks' memory, where this run has them: NVSHMEM's
-    /// symmetric heap on GPUs that map each other's memory, with `nvshmem` in the spec's
-    /// backends. None elsewhere (the CPU, no `nvshmem`, GPUs across nodes): NCCL or MPI moves
-    /// everything there.
+    /// The backend's puts into other ranks' memory, where this run has them: on GPUs that map
+    /// each other's memory, NVSHMEM's symmetric heap with `nvshmem` in the spec's backends,
+    /// else NCCL's windows (NCCL 2.28 or later). None elsewhere (the CPU, one rank, GPUs across
+    /// nodes): NCCL or MPI moves everything there.
     fn puts(&self) -> Option<&Self::Puts>;
     /// Waits for every rank.
     fn barrier(&self) -> Result<()>;
@@ -260,12 +260,15 @@ pub trait Backend {
     ) -> Result<bool>;
 }
 
-/// Writes into other ranks' memory, where a backend can: buffers on a symmetric heap, puts into
-/// a peer's, barriers that wait for them, and signals (NVSHMEM on the GPU).
+/// Writes into other ranks' memory, where a backend can: symmetric buffers, puts into a peer's,
+/// barriers that wait for them, and signals (on the GPU NVSHMEM's heap, or NCCL's windows).
 pub trait Puts {
     /// The backend's buffer.
     type Buf;
 
+    /// What carries the puts, as a step's `via` names it: `nvshmem` (NVSHMEM's symmetric heap)
+    /// or `nccl_windows` (NCCL's windows, where the spec names no `nvshmem`).
+    fn name(&self) -> &'static str;
     /// A zeroed buffer of `reserved` bytes that other ranks write into with [`Puts::put`] (on
     /// NVSHMEM's symmetric heap; collective, the same size on every rank), of which this rank's
     /// piece is the first `bytes` (a buffer `bytes` long: a piece of an uneven split).

@@ -55,8 +55,10 @@ pub struct StepRecord {
     /// The check's outcome, over all ranks.
     pub check: Option<Comparison>,
     /// Where the trial runs chose how a step's data travels (a movement into a symmetric result, an
-    /// FFT's transpose): by NCCL or NVSHMEM puts, with the trial times in that order.
+    /// FFT's transpose): by NCCL or puts (`Nvshmem`), with the trial times in that order.
     pub via: Option<Chosen<CommBackend>>,
+    /// What carried the puts where `via` is set ([`crate::backend::Puts::name`]).
+    pub puts_by: Option<&'static str>,
     /// How a matmul's gathered operand traveled where it could go in rounds (`Rounds` or
     /// `Whole`), with the trial times (rounds, whole) where trial runs chose.
     pub pipeline: Option<Chosen<MatmulPipeline>>,
@@ -334,7 +336,10 @@ fn execute<B: Backend>(b: &B, plan: &Plan, progress: &Progress) -> Result<Outcom
         let inputs: Vec<&B::Buf> = planned.inputs.iter().map(|n| &tensors[n].1).collect();
         let mut run = StepRun::new(b, (i, planned), inputs, dest, spec.job.seed, progress);
         let out = planned.step.run(&mut run)?;
-        let (record, place) = run.finish();
+        let (mut record, place) = run.finish();
+        if record.via.is_some() {
+            record.puts_by = b.puts().map(|p| p.name());
+        }
         progress.end_step(&record, &planned.figures);
         records.push(record);
         if let (Some(out), Some((name, state))) = (out, result) {
@@ -377,6 +382,18 @@ pub(crate) fn pick_via<B: Backend, P>(
         way: chosen,
         trials: Some(times),
     })
+}
+
+impl StepRecord {
+    /// How the step's data traveled, as its `via` says: `nccl`, or what carried the puts
+    /// (`nvshmem`, `nccl_windows`).
+    pub fn via_name(&self) -> Option<&'static str> {
+        let way = self.via?.way;
+        Some(match way {
+            CommBackend::Nvshmem => self.puts_by.unwrap_or("nvshmem"),
+            other => other.name(),
+        })
+    }
 }
 
 /// Runs of each way in a trial.

@@ -95,16 +95,19 @@ impl Progress {
                 alg * factor
             ));
         }
-        if let Some(Chosen {
-            way,
-            trials: Some([nccl, nvshmem]),
-        }) = record.via
+        if let (
+            Some(Chosen {
+                trials: Some([nccl, puts]),
+                ..
+            }),
+            Some(way),
+        ) = (record.via, record.via_name())
         {
+            let by = record.puts_by.unwrap_or("nvshmem");
             line.push_str(&format!(
-                ", by {} (trials: nccl {}, nvshmem {})",
-                way.name(),
+                ", by {way} (trials: nccl {}, {by} {})",
                 duration(nccl),
-                duration(nvshmem)
+                duration(puts)
             ));
         }
         if let Some(Chosen { way, trials }) = record.pipeline {

@@ -50,6 +50,7 @@ impl<'a, B: Backend> StepRun<'a, B> {
             flops: None,
             check: None,
             via: None,
+            puts_by: None,
             pipeline: None,
             window_slices: None,
             batches: Vec::new(),

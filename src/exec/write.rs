@@ -429,10 +429,10 @@ fn step_record(s: &super::StepRecord, planned: &crate::plan::StepPlan) -> manife
             passed: c.passed,
             max_error: c.max_error,
         }),
-        via: s.via.map(|c| {
+        via: s.via.zip(s.via_name()).map(|(c, name)| {
             let [nccl_s, nvshmem_s] = c.trials.unwrap_or([0.0; 2]);
             ViaRecord {
-                chosen: c.way.name().to_string(),
+                chosen: name.to_string(),
                 nccl_s,
                 nvshmem_s,
             }

@@ -127,9 +127,9 @@ pub struct StepRecord {
     /// The step's own verification, when `check = true`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub check: Option<CheckRecord>,
-    /// How the step's data traveled where it could go by NCCL or by NVSHMEM puts (`nvshmem` in
-    /// the backends; a movement into a symmetric tensor, an FFT's transpose): the faster in
-    /// trial runs.
+    /// How the step's data traveled where it could go by NCCL or by puts (a movement into a
+    /// symmetric tensor, an FFT's transpose; puts on NVSHMEM's heap with `nvshmem` in the
+    /// backends, else within NCCL windows): the faster in trial runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub via: Option<ViaRecord>,
     /// How a matmul's gathered operand traveled where it could go in rounds that overlap the
@@ -164,11 +164,12 @@ pub struct PipelineRecord {
 /// The choice between NCCL and NVSHMEM puts for one step.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ViaRecord {
-    /// `nccl` or `nvshmem`.
+    /// `nccl`, or the puts: `nvshmem` (NVSHMEM's heap) or `nccl_windows` (NCCL's windows).
     pub chosen: String,
     /// The median of three trial runs by NCCL, seconds (slowest rank).
     pub nccl_s: f64,
-    /// The median of three trial runs by NVSHMEM puts, seconds (slowest rank).
+    /// The median of three trial runs by puts (NVSHMEM's, or within NCCL windows), seconds
+    /// (slowest rank).
     pub nvshmem_s: f64,
 }
 

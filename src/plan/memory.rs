@@ -41,9 +41,21 @@ impl Needs<'_> {
     }
 }
 
+/// Where a step's room for puts ([`Needs::heap`]) lies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PutsRoom {
+    /// No puts: no room.
+    None,
+    /// On NVSHMEM's symmetric heap, to the end of the run (`nvshmem` in the backends).
+    Heap,
+    /// In NCCL windows the step holds while it runs (a GPU run of several ranks without
+    /// NVSHMEM): counted in its run memory.
+    Step,
+}
+
 /// The memory of a step as planned (nothing for a step without a result): its op's [`Needs`],
-/// an in-place step's new result, the heap's room only where puts run (`puts`).
-pub fn step_memory(planned: &StepPlan, ranks: u64, puts: bool) -> StepMemory {
+/// an in-place step's new result, and its room for puts where `puts` says.
+pub fn step_memory(planned: &StepPlan, ranks: u64, puts: PutsRoom) -> StepMemory {
     let Some(out) = &planned.output_state else {
         return StepMemory::default();
     };
@@ -54,11 +66,20 @@ pub fn step_memory(planned: &StepPlan, ranks: u64, puts: bool) -> StepMemory {
         true => local_bytes(out, ranks, r) as u64,
         false => 0,
     };
+    let windows = match puts {
+        PutsRoom::Step => needs.heap,
+        _ => 0,
+    };
     StepMemory {
-        run: (0..ranks).map(|r| (needs.run)(r) + new_result(r)).collect(),
+        run: (0..ranks)
+            .map(|r| (needs.run)(r) + new_result(r) + windows)
+            .collect(),
         check: (0..ranks)
             .map(|r| if checked { (needs.check)(r) } else { 0 })
             .collect(),
-        heap: if puts { needs.heap } else { 0 },
+        heap: match puts {
+            PutsRoom::Heap => needs.heap,
+            _ => 0,
+        },
     }
 }

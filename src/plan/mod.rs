@@ -13,7 +13,7 @@ pub use resolve::{Resolved, resolve};
 use crate::dist::{Placement, TensorState};
 use crate::ops::Step;
 use crate::spec::diag::Diagnostic;
-use crate::spec::model::CommBackend;
+use crate::spec::model::{CommBackend, Device};
 use crate::spec::sweep::Point;
 use crate::spec::{Loaded, Sweep, Swept};
 use indexmap::IndexMap;
@@ -182,12 +182,14 @@ pub fn plan(loaded: &Loaded, ranks: u64) -> Result<Plan, Vec<Diagnostic>> {
         }
     }
     let symmetric_tensor_bytes = place_symmetric(&mut tensors);
-    let puts = loaded
-        .spec
-        .runtime
-        .backends
-        .as_ref()
-        .is_some_and(|b| b.contains(&CommBackend::Nvshmem));
+    let runtime = &loaded.spec.runtime;
+    let nvshmem = (runtime.backends.as_ref()).is_some_and(|b| b.contains(&CommBackend::Nvshmem));
+    // Without NVSHMEM a GPU run of several ranks puts within NCCL windows, each step's own.
+    let puts = match (nvshmem, runtime.device == Device::Cuda && ranks > 1) {
+        (true, _) => memory::PutsRoom::Heap,
+        (false, true) => memory::PutsRoom::Step,
+        (false, false) => memory::PutsRoom::None,
+    };
     let mut steps = resolved.steps;
     for planned in &mut steps {
         planned.memory = memory::step_memory(planned, ranks, puts);
@@ -210,7 +212,7 @@ pub fn plan(loaded: &Loaded, ranks: u64) -> Result<Plan, Vec<Diagnostic>> {
         steps,
         symmetric_heap_bytes,
         symmetric_tensor_bytes,
-        nvshmem_symmetric_size: puts.then(|| nvshmem_size(symmetric_heap_bytes)),
+        nvshmem_symmetric_size: nvshmem.then(|| nvshmem_size(symmetric_heap_bytes)),
         write_bytes,
         peak_bytes_per_rank: 0,
     };

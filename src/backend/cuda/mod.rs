@@ -11,8 +11,10 @@ mod fft;
 mod fill;
 mod lt;
 pub mod nvshmem;
+mod peer_copy;
 pub mod probe;
 mod window;
+mod window_puts;
 
 use super::{Backend, Out, Puts, Rows};
 use crate::backend::work::{Addends, Phase, Run, RunGrid, Runs, View};
@@ -720,6 +722,9 @@ pub struct Cuda<'a> {
     lt: OnceCell<lt::Lt>,
     /// NVSHMEM, when the spec's backends name it (its symmetric buffers take puts).
     nvshmem: Option<nvshmem::Nvshmem<'a>>,
+    /// Puts within NCCL windows, where NVSHMEM is not named and NCCL maps every rank's windows
+    /// into every GPU's address space.
+    window_puts: Option<window_puts::WindowPuts>,
     /// Kernel tables on the GPU, by hash of their contents and length ([`Cuda::device_table`]).
     tables: RefCell<std::collections::HashMap<(u64, usize), CudaSlice<u64>>>,
     /// cuFFT plans by phase and precision, made on first use.
@@ -912,6 +917,10 @@ impl<'a> Cuda<'a> {
         clock.lap("CUDA context");
         let kernels = Kernels::compile(&ctx)?;
         clock.lap("kernels compiled");
+        let puts_in_windows = window_puts::wanted(comm.size(), heap.is_some());
+        if puts_in_windows {
+            window_puts::prepare_environment();
+        }
         // One rank communicates with nobody: no communicator (half a second of start-up).
         let nccl_comm = match comm.size() {
             1 => None,
@@ -927,6 +936,14 @@ impl<'a> Cuda<'a> {
         if nvshmem.is_some() {
             clock.lap("NVSHMEM");
         }
+        let window_puts = match nccl_comm {
+            Some(nccl) if puts_in_windows => {
+                let puts = window_puts::WindowPuts::start(comm, nccl, &stream)?;
+                clock.lap("NCCL windows for puts");
+                puts
+            }
+            _ => None,
+        };
         let name = ctx.name().unwrap_or_else(|_| "unknown GPU".into());
         let nvshmem_version = nvshmem.as_ref().map(|nv| nv.version());
         Ok(Cuda {
@@ -939,6 +956,7 @@ impl<'a> Cuda<'a> {
             blas: OnceCell::new(),
             lt: OnceCell::new(),
             nvshmem,
+            window_puts,
             tables: RefCell::default(),
             ffts: RefCell::new(Vec::new()),
             fft_scratch: RefCell::new(None),
@@ -1077,15 +1095,15 @@ impl<'a> Cuda<'a> {
         Ok(table.device_ptr(&self.stream).0)
     }
 
-    /// NVSHMEM and `buf`'s place on its heap, which `what` (a put, a signal) needs.
-    fn on_heap<'b>(
-        &'b self,
-        buf: &'b DevBuf,
-        what: &str,
-    ) -> Result<(&'b nvshmem::Nvshmem<'a>, &'b nvshmem::SymBuf)> {
-        match (&self.nvshmem, &buf.sym) {
-            (Some(nv), Some(sym)) => Ok((nv, sym)),
-            _ => bail!("{what} needs NVSHMEM and a symmetric buffer"),
+    /// Where puts reach `buf`, which `what` (a put, a signal) needs: NVSHMEM's heap, or an
+    /// NCCL window (with the byte of the window `buf` starts at).
+    fn target<'b>(&'b self, buf: &'b DevBuf, what: &str) -> Result<Target<'b, 'a>> {
+        match (&self.nvshmem, &buf.sym, &self.window_puts, &buf.window) {
+            (Some(nv), Some(sym), _, _) => Ok(Target::Heap(nv, sym)),
+            (_, _, Some(wp), Some(w)) => {
+                Ok(Target::Window(wp, w, (self.ptr(buf) - w.ptr()) as usize))
+            }
+            _ => bail!("{what} needs a symmetric buffer"),
         }
     }
 
@@ -1122,6 +1140,8 @@ impl Drop for Cuda<'_> {
         self.ffts.borrow_mut().clear();
         self.fft_scratch.take();
         self.blas.take();
+        // Its window goes before the communicator it is registered on.
+        self.window_puts.take();
         if let Some(comm) = self.nccl {
             // SAFETY: the communicator this backend created, destroyed once.
             unsafe {
@@ -1206,31 +1226,49 @@ impl Cuda<'_> {
     }
 }
 
-/// NVSHMEM's symmetric heap, puts and signals (see [`Backend::puts`]: only where NVSHMEM runs
-/// and the GPUs map each other's memory).
+/// Where puts reach a buffer: NVSHMEM's heap, or an NCCL window from a byte of it.
+enum Target<'b, 'a> {
+    Heap(&'b nvshmem::Nvshmem<'a>, &'b nvshmem::SymBuf),
+    Window(&'b window_puts::WindowPuts, &'b window::Window, usize),
+}
+
+/// Puts and signals into peers' symmetric buffers (see [`Backend::puts`]): on NVSHMEM's heap
+/// where the spec names `nvshmem`, else in NCCL windows; only where the GPUs map each other's
+/// memory.
 impl Puts for Cuda<'_> {
     type Buf = DevBuf;
 
+    fn name(&self) -> &'static str {
+        match self.nvshmem {
+            Some(_) => "nvshmem",
+            None => "nccl_windows",
+        }
+    }
+
     fn symmetric(&self, reserved: usize, bytes: usize) -> Result<Self::Buf> {
-        let Some(nv) = self.nvshmem.as_ref().filter(|nv| nv.peers_mapped()) else {
-            bail!("symmetric buffers need NVSHMEM on GPUs that map each other's memory");
-        };
         anyhow::ensure!(
             bytes <= reserved,
             "{bytes} bytes in a reservation of {reserved}"
         );
-        let sym = nv.alloc(reserved)?;
-        // SAFETY: `reserved` (at least one) bytes of device memory on this GPU, kept alive by
-        // `sym`; DevBuf's drop leaks the slice instead of freeing it.
-        let data = unsafe {
-            self.stream
-                .upgrade_device_ptr::<u8>(sym.ptr(), reserved.max(1))
+        let (ptr, sym, window) = match (&self.nvshmem, &self.window_puts) {
+            (Some(nv), _) if nv.peers_mapped() => {
+                let sym = nv.alloc(reserved)?;
+                (sym.ptr(), Some(sym), None)
+            }
+            (None, Some(wp)) => {
+                let w = wp.alloc(self.nccl()?, reserved, &self.stream)?;
+                (w.ptr(), None, Some(w))
+            }
+            _ => bail!("symmetric buffers need GPUs that map each other's memory"),
         };
+        // SAFETY: `reserved` (at least one) bytes of device memory on this GPU, kept alive by
+        // `sym` or `window`; DevBuf's drop leaks the slice instead of freeing it.
+        let data = unsafe { self.stream.upgrade_device_ptr::<u8>(ptr, reserved.max(1)) };
         let mut buf = DevBuf {
             data: ManuallyDrop::new(data),
             len: bytes,
-            sym: Some(sym),
-            window: None,
+            sym,
+            window,
         };
         self.stream.memset_zeros(&mut buf.data.slice_mut(..))?;
         Ok(buf)
@@ -1243,13 +1281,22 @@ impl Puts for Cuda<'_> {
         reserved: usize,
         bytes: usize,
     ) -> Result<Self::Buf> {
-        let Some(sym) = &buf.sym else {
-            bail!("a part of a buffer that is not symmetric");
-        };
         anyhow::ensure!(
             bytes <= reserved,
             "{bytes} bytes in a reservation of {reserved}"
         );
+        if let Some(w) = &buf.window {
+            let start = (self.ptr(buf) - w.ptr()) as usize + offset;
+            anyhow::ensure!(
+                start + reserved <= w.len(),
+                "{reserved} bytes at {start} of a window of {}",
+                w.len()
+            );
+            return Ok(self.window_buf(w, start, bytes));
+        }
+        let Some(sym) = &buf.sym else {
+            bail!("a part of a buffer that is not symmetric");
+        };
         let part = sym.part(offset, reserved)?;
         // SAFETY: inside the symmetric buffer (checked by `part`; one byte past an empty part
         // is still inside the heap's margin), kept alive by the heap to the end; DevBuf's drop
@@ -1276,33 +1323,44 @@ impl Puts for Cuda<'_> {
         if rows.width == 0 || rows.height == 0 {
             return Ok(());
         }
-        let (nv, sym) = self.on_heap(dst, "a put")?;
         anyhow::ensure!(
             at + rows.span(rows.src_pitch) <= src.len,
             "a put reads past its source"
         );
         let from = src.data.device_ptr(&self.stream).0 + at as u64;
-        // SAFETY: `src` is this GPU's memory, alive while the queued put runs (the step keeps
-        // it); the destination's bounds are checked.
-        unsafe { nv.put_on_stream(sym, to, from, rows, peer, self.st()) }
+        // SAFETY (both): `src` is this GPU's memory, alive while the queued put runs (the step
+        // keeps it); the destination's bounds are checked.
+        match self.target(dst, "a put")? {
+            Target::Heap(nv, sym) => unsafe {
+                nv.put_on_stream(sym, to, from, rows, peer, self.st())
+            },
+            Target::Window(wp, w, start) => unsafe {
+                wp.put(self.st(), from, (w, start + to), rows, peer)
+            },
+        }
     }
 
     fn put_barrier(&self) -> Result<()> {
-        let Some(nv) = &self.nvshmem else {
-            bail!("a put barrier needs NVSHMEM");
-        };
-        nv.barrier_all_on_stream(self.st());
+        match (&self.nvshmem, &self.window_puts) {
+            (Some(nv), _) => nv.barrier_all_on_stream(self.st()),
+            (None, Some(wp)) => wp.barrier(self.st(), self.on_side.get())?,
+            (None, None) => bail!("a put barrier needs puts"),
+        }
         Ok(())
     }
 
     fn signal(&self, flags: &Self::Buf, at: usize, value: u32, peer: usize) -> Result<()> {
-        let (nv, sym) = self.on_heap(flags, "a signal")?;
-        nv.signal_on_stream(sym, at, value, peer, self.st())
+        match self.target(flags, "a signal")? {
+            Target::Heap(nv, sym) => nv.signal_on_stream(sym, at, value, peer, self.st()),
+            Target::Window(wp, w, start) => wp.signal(self.st(), (w, start + at), value, peer),
+        }
     }
 
     fn wait_signal(&self, flags: &Self::Buf, at: usize, value: u32) -> Result<()> {
-        let (nv, sym) = self.on_heap(flags, "a signal")?;
-        nv.wait_on_stream(sym, at, value, &self.stream)
+        match self.target(flags, "a signal")? {
+            Target::Heap(nv, sym) => nv.wait_on_stream(sym, at, value, &self.stream),
+            Target::Window(wp, w, start) => wp.wait(&self.stream, (w, start + at), value),
+        }
     }
 }
 
@@ -1737,10 +1795,8 @@ impl Backend for Cuda<'_> {
     }
 
     fn puts(&self) -> Option<&Self> {
-        self.nvshmem
-            .as_ref()
-            .is_some_and(|nv| nv.peers_mapped())
-            .then_some(self)
+        let heap = self.nvshmem.as_ref().is_some_and(|nv| nv.peers_mapped());
+        (heap || self.window_puts.is_some()).then_some(self)
     }
 
     fn barrier(&self) -> Result<()> {

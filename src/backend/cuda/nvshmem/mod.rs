@@ -14,15 +14,11 @@ pub mod sys;
 
 use locate::{Search, locate, uid_plugin};
 
+use super::peer_copy;
 use crate::backend::Rows;
 use crate::runtime::comm::Group;
 use anyhow::{Result, anyhow, bail, ensure};
 use cudarc::driver::CudaStream;
-use cudarc::driver::sys::{
-    CUDA_MEMCPY2D, CUdevice_attribute, CUmemorytype, CUstreamWaitValue_flags,
-    cuMemcpy2DAsync_v2 as cuMemCpy2D, cuMemcpyDtoDAsync_v2, cuStreamWaitValue32_v2,
-    cuStreamWriteValue32_v2,
-};
 use std::ffi::{OsStr, c_void};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
@@ -351,29 +347,6 @@ pub struct Nvshmem<'a> {
     max_pitch: OnceLock<usize>,
 }
 
-/// The driver's description of a copy of `rows` between two device addresses.
-fn copy_2d(src: u64, dst: u64, rows: Rows) -> CUDA_MEMCPY2D {
-    let device = CUmemorytype::CU_MEMORYTYPE_DEVICE;
-    CUDA_MEMCPY2D {
-        srcXInBytes: 0,
-        srcY: 0,
-        srcMemoryType: device,
-        srcHost: std::ptr::null(),
-        srcDevice: src,
-        srcArray: std::ptr::null_mut(),
-        srcPitch: rows.src_pitch,
-        dstXInBytes: 0,
-        dstY: 0,
-        dstMemoryType: device,
-        dstHost: std::ptr::null_mut(),
-        dstDevice: dst,
-        dstArray: std::ptr::null_mut(),
-        dstPitch: rows.dst_pitch,
-        WidthInBytes: rows.width,
-        Height: rows.height,
-    }
-}
-
 /// A buffer on the symmetric heap: the same size, and the same offset from the heap's base, on
 /// every rank. Freed (collectively) when dropped, so in the same order on every rank; the GPU
 /// backend keeps its buffers to the end instead (a rank failing alone must not wait in a free).
@@ -603,29 +576,19 @@ impl<'a> Nvshmem<'a> {
                 )
             }
         };
-        let mapped = self.peer_address(dst, dst_off, pe);
-        if rows.is_flat() {
-            let bytes = rows.width * rows.height;
-            let Some(mapped) = mapped else {
-                put(dst_off, src_ptr, bytes);
-                return Ok(());
-            };
-            // SAFETY: both sides device memory of the checked extent (the destination mapped
-            // into this context by NVSHMEM); `raw` is a live stream of this context.
-            unsafe { cuMemcpyDtoDAsync_v2(mapped.as_ptr() as u64, src_ptr, bytes, raw) }
-                .result()?;
-            return Ok(());
-        }
-        let max_pitch = match self.max_pitch.get() {
-            Some(&p) => p,
-            None => {
-                let attribute = CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_PITCH;
-                let p = stream.context().attribute(attribute)? as usize;
-                *self.max_pitch.get_or_init(|| p)
+        let max_pitch = peer_copy::max_pitch(stream, &self.max_pitch)?;
+        match self.peer_address(dst, dst_off, pe) {
+            Some(mapped) if peer_copy::one_copy(rows, max_pitch) => {
+                // SAFETY: both sides device memory of the checked extents (the destination
+                // mapped into this context by NVSHMEM); the caller vouches for the stream.
+                unsafe {
+                    peer_copy::copy_rows(stream, src_ptr, mapped.as_ptr() as u64, rows, max_pitch)
+                }
             }
-        };
-        let mapped = match mapped {
-            Some(mapped) if rows.src_pitch.max(rows.dst_pitch) <= max_pitch => mapped,
+            _ if rows.is_flat() => {
+                put(dst_off, src_ptr, rows.width * rows.height);
+                Ok(())
+            }
             _ => {
                 for i in 0..rows.height {
                     put(
@@ -634,14 +597,9 @@ impl<'a> Nvshmem<'a> {
                         rows.width,
                     );
                 }
-                return Ok(());
+                Ok(())
             }
-        };
-        let copy = copy_2d(src_ptr, mapped.as_ptr() as u64, rows);
-        // SAFETY: both sides device memory of the checked extents (the destination mapped
-        // into this context by NVSHMEM); `raw` is a live stream of this context.
-        unsafe { cuMemCpy2D(&copy, raw) }.result()?;
-        Ok(())
+        }
     }
 
     /// Where byte `off` of `buf` on rank `pe` lies in this GPU's address space (`nvshmem_ptr`):
@@ -672,11 +630,8 @@ impl<'a> Nvshmem<'a> {
         let mapped = self
             .peer_address(flags, at, pe)
             .ok_or_else(|| anyhow!("PE {pe} is not mapped here: no signal to it"))?;
-        let addr = mapped.as_ptr() as u64;
-        // SAFETY: four bytes inside the peer's symmetric buffer, mapped into this context; the
-        // default flags order the write after the stream's earlier work and its memory.
-        unsafe { cuStreamWriteValue32_v2(stream.cu_stream(), addr, value, 0) }.result()?;
-        Ok(())
+        // SAFETY: four bytes inside the peer's symmetric buffer, mapped into this context.
+        unsafe { peer_copy::write_u32(stream, mapped.as_ptr() as u64, value) }
     }
 
     /// Makes `stream` wait until the u32 at byte `at` of this rank's `flags` is at least `value`
@@ -689,11 +644,8 @@ impl<'a> Nvshmem<'a> {
         stream: &CudaStream,
     ) -> Result<()> {
         ensure!(at + 4 <= flags.len, "a signal past its buffer");
-        let geq = CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32;
-        let addr = flags.ptr + at as u64;
         // SAFETY: four bytes of this GPU's symmetric memory; `stream` belongs to this GPU.
-        unsafe { cuStreamWaitValue32_v2(stream.cu_stream(), addr, value, geq) }.result()?;
-        Ok(())
+        unsafe { peer_copy::wait_u32(stream, flags.ptr + at as u64, value) }
     }
 
     /// Queues on `stream` a barrier over every rank (collective;
@@ -729,23 +681,6 @@ impl Drop for Nvshmem<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn strided_puts_describe_both_pitches() {
-        let rows = Rows {
-            width: 4096,
-            height: 64,
-            src_pitch: 8192,
-            dst_pitch: 4096,
-        };
-        let c = copy_2d(0x1000, 0x9000, rows);
-        assert_eq!((c.srcDevice, c.dstDevice), (0x1000, 0x9000));
-        assert_eq!((c.srcPitch, c.dstPitch), (8192, 4096));
-        assert_eq!((c.WidthInBytes, c.Height), (4096, 64));
-        assert_eq!((c.srcXInBytes, c.srcY, c.dstXInBytes, c.dstY), (0, 0, 0, 0));
-        assert_eq!(rows.span(rows.src_pitch), 63 * 8192 + 4096);
-        assert!(!rows.is_flat() && Rows::flat(10).is_flat());
-    }
 
     #[test]
     fn the_real_search_fails_with_an_error_not_a_panic() {
