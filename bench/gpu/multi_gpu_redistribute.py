@@ -10,7 +10,9 @@ Both are timed alike: 2 warm-up runs, then the iterations back to back, their me
 `timing = "queued"`; its step checked as well, outside the timing). distrun runs once per
 `--via`: `nccl` (the default backends: its exchange by NCCL) and `nvshmem` (`backends = ["nccl",
 "nvshmem"]`, both tensors `symmetric = true` as the peer's are: by puts where its trials find
-them faster, as the peer's go; the manifest's `via` says which). Prints one row per
+them faster, as the peer's go; the manifest's `via` says which) and `windows` (the default
+backends, both tensors symmetric: by puts into NCCL windows where the trials find them
+faster). Prints one row per
 case and rank count: distrun's time, the peer's, distrun's speed against it (>= 1.0 is the
 target) and the bandwidth each rank's share of the data moved at (its piece, read and written
 once: the data that leaves the rank and the data that stays).
@@ -43,6 +45,7 @@ def spec(name, p, via, iterations):
     backends, symmetric, y = "", "", ""
     if via == "nvshmem":
         backends = '\nbackends = ["nccl", "nvshmem"]'
+    if via in ("nvshmem", "windows"):
         symmetric = "symmetric = true\n"
         y = f'[tensors.y]\nshape = {shape}\ndtype = "{dtype}"\nsymmetric = true\n'
     return f"""[job]

@@ -56,9 +56,10 @@ def arguments(cases, iterations=20):
 
 def multi_gpu_arguments(cases, iterations=10):
     """`arguments` and those of the benchmarks on several GPUs: --ranks, --no-peer (skip the
-    peer library), --via (distrun's moves by NCCL, or by NVSHMEM puts where they can)."""
+    peer library), --via (distrun's moves by NCCL; by NVSHMEM puts where they can; with NCCL
+    alone and symmetric tensors, by puts into NCCL windows where they can)."""
     ap = arguments(cases, iterations)
     ap.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
     ap.add_argument("--no-peer", action="store_true")
-    ap.add_argument("--via", nargs="+", default=["nccl", "nvshmem"], choices=["nccl", "nvshmem"])
+    ap.add_argument("--via", nargs="+", default=["nccl", "nvshmem"], choices=["nccl", "nvshmem", "windows"])
     return ap
