@@ -51,6 +51,12 @@ pub fn prepare_environment() {
     }
 }
 
+/// The byte of the barrier window where `rank`'s count of barriers on the main or the side
+/// stream lies (the window holds `8 * ranks` bytes).
+fn barrier_word(rank: usize, side: bool) -> usize {
+    4 * (2 * rank + usize::from(side))
+}
+
 /// A tag no fresh memory holds by chance: the time's nanoseconds, this rank, a marker.
 fn tag(rank: usize) -> u64 {
     let nanos = std::time::SystemTime::now()
@@ -187,7 +193,7 @@ impl WindowPuts {
         let count = &self.barriers[usize::from(side)];
         let n = count.get().wrapping_add(1);
         count.set(n);
-        let word = |rank: usize| 4 * (2 * rank + usize::from(side));
+        let word = |rank: usize| barrier_word(rank, side);
         let peers = (0..self.ranks).filter(|&p| p != self.rank);
         for p in peers.clone() {
             self.signal(stream, (&self.flags, word(self.rank)), n, p)?;
@@ -196,5 +202,29 @@ impl WindowPuts {
             self.wait(stream, (&self.flags, word(p)), n)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_rank_and_stream_has_its_own_word_inside_the_window() {
+        let ranks = 5;
+        let mut words: Vec<usize> = (0..ranks)
+            .flat_map(|r| [barrier_word(r, false), barrier_word(r, true)])
+            .collect();
+        assert!(words.iter().all(|&w| w % 4 == 0 && w + 4 <= 8 * ranks));
+        words.sort();
+        words.dedup();
+        assert_eq!(words.len(), 2 * ranks);
+    }
+
+    #[test]
+    fn one_rank_or_nvshmem_wants_no_windows() {
+        // Decided before NCCL is asked anything (no NCCL on the build machine).
+        assert!(!wanted(1, false));
+        assert!(!wanted(4, true));
     }
 }
