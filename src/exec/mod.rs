@@ -390,9 +390,14 @@ impl StepRecord {
     pub fn via_name(&self) -> Option<&'static str> {
         let way = self.via?.way;
         Some(match way {
-            CommBackend::Nvshmem => self.puts_by.unwrap_or("nvshmem"),
+            CommBackend::Nvshmem => self.puts_name(),
             other => other.name(),
         })
+    }
+
+    /// What carried (or would carry) the step's puts: `nvshmem` unless the backend said.
+    pub fn puts_name(&self) -> &'static str {
+        self.puts_by.unwrap_or("nvshmem")
     }
 }
 

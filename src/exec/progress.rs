@@ -103,10 +103,10 @@ impl Progress {
             Some(way),
         ) = (record.via, record.via_name())
         {
-            let by = record.puts_by.unwrap_or("nvshmem");
             line.push_str(&format!(
-                ", by {way} (trials: nccl {}, {by} {})",
+                ", by {way} (trials: nccl {}, {} {})",
                 duration(nccl),
+                record.puts_name(),
                 duration(puts)
             ));
         }

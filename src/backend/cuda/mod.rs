@@ -884,6 +884,13 @@ fn nccl_comm(comm: &dyn Group) -> Result<nccl_sys::ncclComm_t> {
     Ok(nccl_comm)
 }
 
+/// Testing hook: `DISTRUN_PEERS_UNMAPPED=1` makes a rank treat its peers as unmapped, as GPUs
+/// of different nodes are (no puts, by NVSHMEM or within NCCL windows): how `scripts/gpu-check`
+/// takes the multi-node path on one node.
+fn peers_marked_apart() -> bool {
+    std::env::var_os("DISTRUN_PEERS_UNMAPPED").is_some_and(|v| v == "1")
+}
+
 /// NCCL's version, major * 10000 + minor * 100 + patch.
 fn nccl_version() -> i32 {
     let mut v = 0;
@@ -985,6 +992,11 @@ impl<'a> Cuda<'a> {
     /// The address of `buf` on the GPU.
     fn ptr(&self, buf: &DevBuf) -> u64 {
         buf.data.device_ptr(&self.stream).0
+    }
+
+    /// The byte of window `w` that `buf` (a view of it) starts at.
+    fn window_offset(&self, buf: &DevBuf, w: &window::Window) -> usize {
+        (self.ptr(buf) - w.ptr()) as usize
     }
 
     /// How long each part of starting the backend took, in seconds (for `-v`).
@@ -1100,9 +1112,7 @@ impl<'a> Cuda<'a> {
     fn target<'b>(&'b self, buf: &'b DevBuf, what: &str) -> Result<Target<'b, 'a>> {
         match (&self.nvshmem, &buf.sym, &self.window_puts, &buf.window) {
             (Some(nv), Some(sym), _, _) => Ok(Target::Heap(nv, sym)),
-            (_, _, Some(wp), Some(w)) => {
-                Ok(Target::Window(wp, w, (self.ptr(buf) - w.ptr()) as usize))
-            }
+            (_, _, Some(wp), Some(w)) => Ok(Target::Window(wp, w, self.window_offset(buf, w))),
             _ => bail!("{what} needs a symmetric buffer"),
         }
     }
@@ -1286,7 +1296,7 @@ impl Puts for Cuda<'_> {
             "{bytes} bytes in a reservation of {reserved}"
         );
         if let Some(w) = &buf.window {
-            let start = (self.ptr(buf) - w.ptr()) as usize + offset;
+            let start = self.window_offset(buf, w) + offset;
             anyhow::ensure!(
                 start + reserved <= w.len(),
                 "{reserved} bytes at {start} of a window of {}",
@@ -1576,7 +1586,7 @@ impl Backend for Cuda<'_> {
             "{bytes} bytes at {offset} of a window of {}",
             win.len
         );
-        Ok(self.window_buf(w, (self.ptr(win) - w.ptr()) as usize + offset, bytes))
+        Ok(self.window_buf(w, self.window_offset(win, w) + offset, bytes))
     }
 
     fn all_gather_window(&self, win: &mut Self::Buf, at: usize, count: usize) -> Result<()> {

@@ -34,8 +34,7 @@ const ENV_LOCAL_REGISTER: &str = "NCCL_LOCAL_REGISTER";
 /// Whether a run of `ranks` ranks tries puts within NCCL windows: several ranks, no NVSHMEM
 /// (whose heap takes the puts then), an NCCL with windows, peers not marked apart.
 pub fn wanted(ranks: usize, nvshmem: bool) -> bool {
-    let apart = std::env::var_os("DISTRUN_PEERS_UNMAPPED").is_some_and(|v| v == "1");
-    ranks > 1 && !nvshmem && !apart && super::window::supported()
+    ranks > 1 && !nvshmem && !super::peers_marked_apart() && super::window::supported()
 }
 
 /// Before NCCL starts, where puts within windows are [`wanted`]: NCCL's registration of user

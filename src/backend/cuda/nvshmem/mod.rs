@@ -463,7 +463,7 @@ impl<'a> Nvshmem<'a> {
     /// without peer-to-peer where no network transport exists).
     fn probe_mapped(&self) -> Result<bool> {
         let probe = self.alloc(1)?;
-        let apart = std::env::var_os("DISTRUN_PEERS_UNMAPPED").is_some_and(|v| v == "1");
+        let apart = super::peers_marked_apart();
         let mine = !apart
             && (0..self.comm.size()).all(|pe| {
                 // SAFETY: an address of a symmetric buffer; `None` where `pe` is not mapped here.
