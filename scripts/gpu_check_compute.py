@@ -4,7 +4,8 @@ slab and pencil distribution, and the comparison of two runs of it (GPU and CPU 
 within a tolerance from each dtype.
 
     python3 gpu_check_compute.py spec P [nvshmem] > spec.toml   (nvshmem: data moved by puts)
-    python3 gpu_check_compute.py compare CUDA_RUN CPU_RUN     (exit 1 on any difference)
+    python3 gpu_check_compute.py compare CUDA_RUN CPU_RUN [apart]   (exit 1 on any difference;
+        apart: a run without peer mappings, whose operands gathered whole move in window slices)
 
 The CPU run is of the plain spec (the CPU backend refuses `nvshmem`); it is the reference for
 both GPU runs, the same tensors either way.
@@ -186,7 +187,7 @@ def load(path):
     return x.astype(np.complex128)
 
 
-def compare(cuda, cpu):
+def compare(cuda, cpu, apart=False):
     m = {d: json.load(open(f"{r}/manifest.json")) for d, r in (("cuda", cuda), ("cpu", cpu))}
     bad = 0
     for st in m["cuda"]["steps"]:
@@ -202,12 +203,13 @@ def compare(cuda, cpu):
         if not err <= tol:
             bad += 1
             print(f"  FAIL {name} ({t['dtype']}): relative difference {err:.2e} > {tol:.0e}")
-    # By NCCL alone (no puts), NCCL 2.28 or later: the operands gathered whole (wd_, vd_) move
-    # within windows, in as many slices as ranks (2 to 4), the most that split the W / P lines
-    # of a piece evenly.
+    # By NCCL alone without puts (no peer mapped), NCCL 2.28 or later: the operands gathered
+    # whole (wd_, vd_) move within windows, in as many slices as ranks (2 to 4), the most that
+    # split the W / P lines of a piece evenly. (Where puts can move, a ring of puts or NCCL's
+    # all-gather moves them.)
     device = m["cuda"]["rank_info"][0]["device"]
     nccl = re.search(r"NCCL (\d+)\.(\d+)", device)
-    windows = "NVSHMEM" not in device and nccl and (int(nccl[1]), int(nccl[2])) >= (2, 28)
+    windows = apart and "NVSHMEM" not in device and nccl and (int(nccl[1]), int(nccl[2])) >= (2, 28)
     p = m["cuda"]["ranks"]
     want = max(s for s in range(1, min(max(p, 2), 4) + 1) if W // p % s == 0)
     for st in m["cuda"]["steps"]:
@@ -231,4 +233,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "spec":
         print(spec(int(sys.argv[2]), sys.argv[3:] == ["nvshmem"]))
     else:
-        sys.exit(1 if compare(sys.argv[2], sys.argv[3]) else 0)
+        sys.exit(1 if compare(sys.argv[2], sys.argv[3], sys.argv[4:] == ["apart"]) else 0)

@@ -1027,3 +1027,30 @@ fn a_plan_larger_than_memory_is_refused_before_allocating() {
         assert!(!out.exists(), "{p} ranks: nothing is written");
     }
 }
+
+#[test]
+fn ranks_of_one_host_share_its_cores_among_their_threads() {
+    let spec = temp_spec(
+        "threads.toml",
+        "[job]\nname = \"threads\"\n[tensors.x]\nshape = [64, 64]\ndtype = \"f64\"\n\
+         distribution = { slab = 0 }\ninit = { arange = {} }\n\
+         [[steps]]\nop = \"redistribute\"\ninput = \"x\"\nout = \"y\"\n\
+         distribution = { slab = 1 }\ncheck = true\n[output]\ntensors = [\"y\"]\n",
+    );
+    let cores = std::thread::available_parallelism().unwrap().get();
+    for p in [1, 3] {
+        let out = temp_dir(&format!("threads-{p}")).join("run");
+        let ran = run_at(p, &spec, &out);
+        assert_eq!(ran.code, 0, "{}", ran.stderr);
+        let threads: Vec<usize> = (manifest(&out)["rank_info"].as_array().unwrap().iter())
+            .map(|r| {
+                let d = r["device"].as_str().unwrap();
+                d.split(['(', ' ']).find_map(|w| w.parse().ok()).expect(d)
+            })
+            .collect();
+        // Ranks on the same cores divide them (rayon's default gave each rank every core it
+        // may use, so 3 ranks started 3 threads a core); Open MPI may bind each to fewer.
+        let total: usize = threads.iter().sum();
+        assert!(total <= cores.max(p), "{threads:?} on {cores} cores");
+    }
+}

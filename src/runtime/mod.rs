@@ -8,6 +8,7 @@ pub mod mpi;
 pub mod rendezvous;
 pub mod signals;
 pub mod tcp;
+pub mod threads;
 pub mod wire;
 
 use crate::spec::model::ProcessGroup;
@@ -237,6 +238,7 @@ pub fn start(group: ProcessGroup, required: Option<u32>) -> Result<Context> {
         ctx.group().barrier()?;
         return Err(Reported(message).into());
     }
+    threads::share_cores(ctx.group(), &ctx.host)?;
     Ok(ctx)
 }
 
