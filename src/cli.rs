@@ -358,7 +358,10 @@ pub fn plan_spec(path: &std::path::Path, ranks: Option<u64>) -> Result<plan::Pla
             schema: None,
         });
     };
-    plan::Plans::new(&swept, ranks).map_err(|d| swept.first().invalid(&d))
+    let mut plans = plan::Plans::new(&swept, ranks).map_err(|d| swept.first().invalid(&d))?;
+    // `device = "auto"` planned as a run here would take it.
+    plans.on_device(crate::exec::device_here(swept.first()));
+    Ok(plans)
 }
 
 /// The exit of a rank that found the spec invalid: the first rank prints `errors` (every rank
@@ -416,10 +419,15 @@ fn run_spec(path: &std::path::Path, device: Option<&str>, opts: &crate::exec::Op
                 return ExitCode::FAILURE;
             }
         };
-    let plans = match early.map_or_else(|| plan::Plans::new(&swept, ctx.size() as u64), Ok) {
+    let mut plans = match early.map_or_else(|| plan::Plans::new(&swept, ctx.size() as u64), Ok) {
         Ok(p) => p,
         Err(d) => return invalid(ctx.rank() == 0, &loaded.invalid(&d)),
     };
+    let device = match crate::exec::device(loaded, &ctx) {
+        Ok(d) => d,
+        Err(e) => ctx.fail(&e),
+    };
+    plans.on_device(device);
     if let Err(e) = crate::runtime::signals::install() {
         ctx.fail(&anyhow::Error::from(e).context("cannot catch SIGINT and SIGTERM"));
     }
@@ -429,7 +437,7 @@ fn run_spec(path: &std::path::Path, device: Option<&str>, opts: &crate::exec::Op
         }
         return ExitCode::FAILURE;
     }
-    let status = match crate::exec::run(&plans, &ctx, opts) {
+    let status = match crate::exec::run(&plans, &ctx, opts, device) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(EXIT_CHECK),
         // Every rank agreed to stop, and the first said why.

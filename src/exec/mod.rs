@@ -102,9 +102,9 @@ pub struct Outcome<B: Backend> {
     pub tensors: HashMap<String, (TensorState, B::Buf)>,
 }
 
-/// Runs every point's plan on this rank, in turn on the same process group and device, and
-/// writes their run directory. Returns whether every check passed.
-pub fn run(plans: &Plans, ctx: &Context, opts: &Options) -> Result<bool> {
+/// Runs every point's plan on this rank, in turn on the same process group and `device` (as
+/// [`device`] chose), and writes their run directory. Returns whether every check passed.
+pub fn run(plans: &Plans, ctx: &Context, opts: &Options, device: Device) -> Result<bool> {
     let plan = plans.first();
     let loaded = &plan.loaded;
     let since = memory::counted::Since::now();
@@ -114,7 +114,7 @@ pub fn run(plans: &Plans, ctx: &Context, opts: &Options) -> Result<bool> {
         loaded.spec.steps.len(),
     );
     progress.since_start("spec planned, process group up");
-    if device(loaded, ctx)? == Device::Cuda {
+    if device == Device::Cuda {
         let started = std::time::Instant::now();
         // NVSHMEM's heap is the plan's, to the byte (`Plan::nvshmem_symmetric_size`); a
         // sweep's points' together (the backend keeps symmetric buffers to the end).
@@ -231,14 +231,19 @@ fn gpu_libs(loaded: &Loaded) -> Vec<cuda::probe::Lib> {
     libs
 }
 
-/// The device every rank runs on: `auto` takes the GPU when the libraries the spec needs load
-/// and a GPU is visible; rank 0 decides for all.
-fn device(loaded: &Loaded, ctx: &Context) -> Result<Device> {
-    let mine = match loaded.spec.runtime.device {
+/// The device this process would run on: `auto` takes the GPU when the libraries the spec
+/// needs load and a GPU is visible.
+pub fn device_here(loaded: &Loaded) -> Device {
+    match loaded.spec.runtime.device {
         Device::Auto if cuda::probe::available(&gpu_libs(loaded)) => Device::Cuda,
         Device::Cuda => Device::Cuda,
         _ => Device::Cpu,
-    };
+    }
+}
+
+/// The device every rank runs on (collective): [`device_here`], rank 0 deciding for all.
+pub fn device(loaded: &Loaded, ctx: &Context) -> Result<Device> {
+    let mine = device_here(loaded);
     let all = (ctx.group()).all_gather_bytes(&[u8::from(mine == Device::Cuda)])?;
     let chosen = if all[0][0] == 1 {
         Device::Cuda

@@ -127,6 +127,13 @@ impl Plans {
     pub fn each(&self) -> impl Iterator<Item = &Plan> {
         self.points.iter().map(|(_, p)| p)
     }
+
+    /// Every point's plan as it runs on `device` ([`Plan::on_device`]).
+    pub fn on_device(&mut self, device: Device) {
+        self.points
+            .iter_mut()
+            .for_each(|(_, p)| p.on_device(device));
+    }
 }
 
 /// A resolved tensor's plan for `ranks` ranks (None for one never made), live to `end` where
@@ -182,14 +189,8 @@ pub fn plan(loaded: &Loaded, ranks: u64) -> Result<Plan, Vec<Diagnostic>> {
         }
     }
     let symmetric_tensor_bytes = place_symmetric(&mut tensors);
-    let runtime = &loaded.spec.runtime;
-    let nvshmem = (runtime.backends.as_ref()).is_some_and(|b| b.contains(&CommBackend::Nvshmem));
-    // Without NVSHMEM a GPU run of several ranks puts within NCCL windows, each step's own.
-    let puts = match (nvshmem, runtime.device == Device::Cuda && ranks > 1) {
-        (true, _) => memory::PutsRoom::Heap,
-        (false, true) => memory::PutsRoom::Step,
-        (false, false) => memory::PutsRoom::None,
-    };
+    let nvshmem = nvshmem_named(loaded);
+    let puts = puts_room(loaded, ranks, loaded.spec.runtime.device);
     let mut steps = resolved.steps;
     for planned in &mut steps {
         planned.memory = memory::step_memory(planned, ranks, puts);
@@ -218,6 +219,36 @@ pub fn plan(loaded: &Loaded, ranks: u64) -> Result<Plan, Vec<Diagnostic>> {
     };
     plan.peak_bytes_per_rank = peak(&plan) + symmetric_heap_bytes;
     Ok(plan)
+}
+
+impl Plan {
+    /// The plan as it runs on `device`, the one a spec's `device = "auto"` took: on GPUs, each
+    /// step's room for puts within NCCL windows counted in its run memory (see [`puts_room`]).
+    pub fn on_device(&mut self, device: Device) {
+        let puts = puts_room(&self.loaded, self.ranks, device);
+        if puts == puts_room(&self.loaded, self.ranks, self.loaded.spec.runtime.device) {
+            return;
+        }
+        for planned in &mut self.steps {
+            planned.memory = memory::step_memory(planned, self.ranks, puts);
+        }
+        self.peak_bytes_per_rank = peak(self) + self.symmetric_heap_bytes;
+    }
+}
+
+fn nvshmem_named(loaded: &Loaded) -> bool {
+    (loaded.spec.runtime.backends.as_ref()).is_some_and(|b| b.contains(&CommBackend::Nvshmem))
+}
+
+/// Where a step's room for puts lies in a run of `ranks` on `device`: NVSHMEM's heap where the
+/// backends name it; without it a GPU run of several ranks puts within NCCL windows, each
+/// step's own.
+fn puts_room(loaded: &Loaded, ranks: u64, device: Device) -> memory::PutsRoom {
+    match (nvshmem_named(loaded), device == Device::Cuda && ranks > 1) {
+        (true, _) => memory::PutsRoom::Heap,
+        (false, true) => memory::PutsRoom::Step,
+        (false, false) => memory::PutsRoom::None,
+    }
 }
 
 /// `NVSHMEM_SYMMETRIC_SIZE` for a heap of `bytes`.

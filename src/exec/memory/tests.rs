@@ -49,3 +49,37 @@ fn available_memory_is_read_from_meminfo() {
     // This machine has some.
     assert!(host_available().is_some_and(|b| b > 0));
 }
+
+#[test]
+fn a_plan_for_auto_counts_the_windows_of_the_gpus_it_took() {
+    let spec = |device: &str| {
+        format!(
+            "[job]\nname = \"w\"\n[runtime]\ndevice = \"{device}\"\n[tensors.x]\n\
+             shape = [64, 48, 40]\ndtype = \"c64\"\ndistribution = {{ slab = 0 }}\ninit = \"ones\"\n\
+             [[steps]]\nop = \"fft\"\ninput = \"x\"\nout = \"y\"\n"
+        )
+    };
+    let (auto, cuda, cpu) = (
+        plan(&spec("auto"), 3),
+        plan(&spec("cuda"), 3),
+        plan(&spec("cpu"), 3),
+    );
+    let run = |p: &Plan| p.steps[0].memory.run.clone();
+    assert_eq!(run(&auto), run(&cpu));
+    assert!(
+        run(&cuda)[0] > run(&cpu)[0],
+        "an FFT's transpose puts within windows"
+    );
+    let mut on_gpus = auto.clone();
+    on_gpus.on_device(crate::spec::model::Device::Cuda);
+    assert_eq!(run(&on_gpus), run(&cuda));
+    assert_eq!(on_gpus.peak_bytes_per_rank, cuda.peak_bytes_per_rank);
+    let mut on_cpus = auto.clone();
+    on_cpus.on_device(crate::spec::model::Device::Cpu);
+    assert_eq!(run(&on_cpus), run(&cpu));
+    // One rank puts nothing, wherever it runs.
+    let mut alone = plan(&spec("auto"), 1);
+    let before = run(&alone);
+    alone.on_device(crate::spec::model::Device::Cuda);
+    assert_eq!(run(&alone), before);
+}
