@@ -24,7 +24,8 @@ pub enum Room {
     Device {
         /// What is free on the rank's GPU now.
         free: u64,
-        /// The symmetric heap's bytes, already allocated (part of the plan's peak).
+        /// What the plan's peak counts that is already allocated: the symmetric heap, or the
+        /// window of the barriers' words for puts within NCCL windows.
         heap_taken: u64,
     },
 }

@@ -136,7 +136,7 @@ pub fn run(plans: &Plans, ctx: &Context, opts: &Options, device: Device) -> Resu
         }
         let room = memory::Room::Device {
             free: backend.free_memory()?,
-            heap_taken: heap.map_or(0, |b| b as u64),
+            heap_taken: heap.map_or(0, |b| b as u64) + backend.windows_held(),
         };
         for plan in plans.each() {
             memory::preflight(ctx, plan, room)?;

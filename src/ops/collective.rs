@@ -182,7 +182,7 @@ impl<C: Collective> Op for C {
             run: self.workspace(m),
             check: Box::new(movement_check::workspace(reduces, input, out, ranks)),
             // A movement puts straight into its result, a tensor on the heap already.
-            heap: 0,
+            puts: Vec::new(),
         }
     }
 

@@ -26,8 +26,9 @@ pub struct Needs<'a> {
     pub run: Box<dyn Fn(u64) -> u64 + 'a>,
     /// Bytes its check holds, by rank (where the step has one).
     pub check: Box<dyn Fn(u64) -> u64 + 'a>,
-    /// Room on the symmetric heap for what puts move in the step.
-    pub heap: u64,
+    /// The symmetric buffers the step reserves for what puts move in it, each's bytes (the
+    /// same on every rank): room on the heap, or one NCCL window each.
+    pub puts: Vec<u64>,
 }
 
 impl Needs<'_> {
@@ -36,12 +37,12 @@ impl Needs<'_> {
         Needs {
             run: Box::new(|_| 0),
             check: Box::new(|_| 0),
-            heap: 0,
+            puts: Vec::new(),
         }
     }
 }
 
-/// Where a step's room for puts ([`Needs::heap`]) lies.
+/// Where a step's room for puts ([`Needs::puts`]) lies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PutsRoom {
     /// No puts: no room.
@@ -49,8 +50,17 @@ pub enum PutsRoom {
     /// On NVSHMEM's symmetric heap, to the end of the run (`nvshmem` in the backends).
     Heap,
     /// In NCCL windows the step holds while it runs (a GPU run of several ranks without
-    /// NVSHMEM): counted in its run memory.
+    /// NVSHMEM): counted in its run memory, each buffer's window as [`window_bytes`] rounds it.
     Step,
+}
+
+/// What `ncclMemAlloc` rounds a window up to: CUDA's recommended granularity for memory that
+/// peers map (2 MiB on the H100 and H200).
+pub const WINDOW_GRANULE: u64 = 2 << 20;
+
+/// The device memory an NCCL window for `bytes` takes: whole granules, at least one.
+pub fn window_bytes(bytes: u64) -> u64 {
+    bytes.max(1).div_ceil(WINDOW_GRANULE) * WINDOW_GRANULE
 }
 
 /// The memory of a step as planned (nothing for a step without a result): its op's [`Needs`],
@@ -67,7 +77,7 @@ pub fn step_memory(planned: &StepPlan, ranks: u64, puts: PutsRoom) -> StepMemory
         false => 0,
     };
     let windows = match puts {
-        PutsRoom::Step => needs.heap,
+        PutsRoom::Step => needs.puts.iter().copied().map(window_bytes).sum(),
         _ => 0,
     };
     StepMemory {
@@ -78,7 +88,7 @@ pub fn step_memory(planned: &StepPlan, ranks: u64, puts: PutsRoom) -> StepMemory
             .map(|r| if checked { (needs.check)(r) } else { 0 })
             .collect(),
         heap: match puts {
-            PutsRoom::Heap => needs.heap,
+            PutsRoom::Heap => needs.puts.iter().sum(),
             _ => 0,
         },
     }

@@ -93,7 +93,7 @@ pub struct Plan {
     /// Bytes writing the outputs holds at most, by rank (a chunk of a tensor streaming to rank 0).
     pub write_bytes: Vec<u64>,
     /// The most bytes a rank holds at once: live tensors, the running step's workspace (or its
-    /// check's), the writing's, the GEMM library's buffers, and the heap.
+    /// check's), the writing's, the GEMM library's buffers, and the heap (or NCCL's windows).
     pub peak_bytes_per_rank: u64,
 }
 
@@ -217,7 +217,7 @@ pub fn plan(loaded: &Loaded, ranks: u64) -> Result<Plan, Vec<Diagnostic>> {
         write_bytes,
         peak_bytes_per_rank: 0,
     };
-    plan.peak_bytes_per_rank = peak(&plan) + symmetric_heap_bytes;
+    plan.peak_bytes_per_rank = peak(&plan) + resident(&plan, puts);
     Ok(plan)
 }
 
@@ -232,7 +232,7 @@ impl Plan {
         for planned in &mut self.steps {
             planned.memory = memory::step_memory(planned, self.ranks, puts);
         }
-        self.peak_bytes_per_rank = peak(self) + self.symmetric_heap_bytes;
+        self.peak_bytes_per_rank = peak(self) + resident(self, puts);
     }
 }
 
@@ -248,6 +248,22 @@ fn puts_room(loaded: &Loaded, ranks: u64, device: Device) -> memory::PutsRoom {
         (true, _) => memory::PutsRoom::Heap,
         (false, true) => memory::PutsRoom::Step,
         (false, false) => memory::PutsRoom::None,
+    }
+}
+
+/// What a rank holds for puts to the end of the run: the symmetric heap as planned (on a CPU,
+/// its tensors as plain buffers); in NCCL windows, the symmetric tensors' window and the
+/// barriers' words' (a word a rank), each in whole granules.
+fn resident(plan: &Plan, puts: memory::PutsRoom) -> u64 {
+    match puts {
+        memory::PutsRoom::Step => {
+            let tensors = match plan.symmetric_tensor_bytes {
+                0 => 0,
+                bytes => memory::window_bytes(bytes),
+            };
+            tensors + memory::window_bytes(8 * plan.ranks)
+        }
+        _ => plan.symmetric_heap_bytes,
     }
 }
 

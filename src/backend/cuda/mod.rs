@@ -1132,6 +1132,12 @@ impl<'a> Cuda<'a> {
         Ok(free as u64)
     }
 
+    /// Bytes this rank's GPU already holds for puts within NCCL windows (their barriers' words'
+    /// window, in whole granules as the plan counts it); none without.
+    pub fn windows_held(&self) -> u64 {
+        (self.window_puts.as_ref()).map_or(0, |wp| wp.held())
+    }
+
     /// Gives NVSHMEM up without its collective teardown (on an error path, where other ranks
     /// may never reach it).
     pub fn abandon_nvshmem(&mut self) {

@@ -110,6 +110,11 @@ impl WindowPuts {
         }))
     }
 
+    /// The device memory the barriers' words take (a window's whole granules).
+    pub fn held(&self) -> u64 {
+        crate::plan::memory::window_bytes(self.flags.len() as u64)
+    }
+
     /// A window of `bytes` (collective), mapped on every rank.
     pub fn alloc(
         &self,

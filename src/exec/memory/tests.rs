@@ -83,3 +83,55 @@ fn a_plan_for_auto_counts_the_windows_of_the_gpus_it_took() {
     alone.on_device(crate::spec::model::Device::Cuda);
     assert_eq!(run(&alone), before);
 }
+
+#[test]
+fn each_window_counts_in_whole_granules() {
+    use crate::plan::memory::WINDOW_GRANULE;
+    let devices = |text: &dyn Fn(&str) -> String, ranks| {
+        (plan(&text("cuda"), ranks), plan(&text("cpu"), ranks))
+    };
+    // A checked FFT back to x-slabs: the transposed slab and the way back, and its inverse's
+    // two: four windows of a few KiB each, a granule each.
+    let fft = |device: &str| {
+        format!(
+            "[job]\nname = \"w\"\n[runtime]\ndevice = \"{device}\"\n[tensors.x]\n\
+             shape = [24, 20, 16]\ndtype = \"c64\"\ndistribution = {{ slab = 0 }}\ninit = \"ones\"\n\
+             [[steps]]\nop = \"fft\"\ninput = \"x\"\nout = \"y\"\ncheck = true\n"
+        )
+    };
+    let (gpu, cpu) = devices(&fft, 3);
+    for r in 0..3 {
+        assert_eq!(
+            gpu.steps[0].memory.run[r] - cpu.steps[0].memory.run[r],
+            4 * WINDOW_GRANULE
+        );
+    }
+    // An all-gather GEMM in rounds over 4 ranks: a window for each of 3 rounds' pieces, and
+    // one for their signals.
+    let ring = |device: &str| {
+        format!(
+            "[job]\nname = \"r\"\n[runtime]\ndevice = \"{device}\"\n\
+             [tensors.a]\nshape = [64, 32]\ndtype = \"f32\"\ndistribution = {{ slab = 0 }}\n\
+             init = \"ones\"\n\
+             [tensors.b]\nshape = [32, 48]\ndtype = \"f32\"\ndistribution = {{ slab = 1 }}\n\
+             init = \"ones\"\n\
+             [[steps]]\nop = \"matmul\"\na = \"a\"\nb = \"b\"\nout = \"c\"\n\
+             algorithm = \"ag_gemm\"\npipeline = \"rounds\"\n"
+        )
+    };
+    let (gpu, cpu) = devices(&ring, 4);
+    assert_eq!(
+        gpu.steps[0].memory.run[0] - cpu.steps[0].memory.run[0],
+        4 * WINDOW_GRANULE,
+        "{:?}",
+        gpu.steps[0].matmul
+    );
+    // Held to the end of the run, besides: the barriers' words' window.
+    assert_eq!(
+        gpu.peak_bytes_per_rank - cpu.peak_bytes_per_rank,
+        5 * WINDOW_GRANULE
+    );
+    // Gathered whole in one exchange, nothing lands by puts.
+    let (gpu, cpu) = devices(&|d| ring(d).replace("\"rounds\"", "\"whole\""), 4);
+    assert_eq!(gpu.steps[0].memory.run, cpu.steps[0].memory.run);
+}

@@ -10,7 +10,7 @@
 
 use super::{
     Fft, FftKind, Slabs, as_slabs, check::inverse, columns, holds_whole, long_columns, middle,
-    symmetric_room,
+    symmetric_rooms,
 };
 use crate::dist::TensorState;
 use crate::ops::exchange::Side;
@@ -104,15 +104,15 @@ pub fn check_workspace(
     })
 }
 
-/// Symmetric-heap room for an FFT's transposed slab by puts (and its inverse's, which its check
-/// runs).
-pub fn heap_room(f: &Fft, input: &TensorState, out: &TensorState, ranks: u64) -> u64 {
+/// The symmetric buffers an FFT's moves by puts take (and its inverse's, which its check runs),
+/// each's bytes.
+pub fn puts_rooms(f: &Fft, input: &TensorState, out: &TensorState, ranks: u64) -> Vec<u64> {
     let p = ranks as usize;
-    let back = match f.common.check {
-        true => symmetric_room(&inverse(f), out, input, p),
-        false => 0,
-    };
-    (symmetric_room(f, input, out, p) + back) as u64
+    let mut rooms = symmetric_rooms(f, input, out, p);
+    if f.common.check {
+        rooms.extend(symmetric_rooms(&inverse(f), out, input, p));
+    }
+    rooms.into_iter().map(|b| b as u64).collect()
 }
 
 /// The bytes an FFT on a rank that holds the whole tensor holds beyond its input and result:

@@ -231,23 +231,28 @@ fn middle(step: &Fft, input: &TensorState, out: &TensorState, s0: usize) -> Tens
     }
 }
 
-/// Symmetric-heap bytes an FFT from `input` to `out` takes where puts move its transposes (see
-/// `batched.rs` and `by_rows.rs`): the largest piece over `ranks` of the complementary slab, and
-/// the largest of the working slab too when the result goes back to it batch by batch.
-pub fn symmetric_room(step: &Fft, input: &TensorState, out: &TensorState, ranks: usize) -> usize {
+/// The symmetric buffers an FFT from `input` to `out` takes where puts move its transposes (see
+/// `batched.rs` and `by_rows.rs`), each's bytes: the largest piece over `ranks` of the
+/// complementary slab, the largest of the working slab too when the result goes back to it
+/// batch by batch, and the moves around the slabs ([`routed_rooms`]).
+pub fn symmetric_rooms(
+    step: &Fft,
+    input: &TensorState,
+    out: &TensorState,
+    ranks: usize,
+) -> Vec<usize> {
     if holds_whole(input, ranks as u64) {
-        return 0;
+        return Vec::new();
     }
     let [input, out] = &as_slabs(input, out, ranks as u64);
     let s0 = working_slab(step.kind, input.shape.len(), &input.dist);
     let m = middle(step, input, out, s0);
     let elem = m.dtype.size() as usize;
-    let back = match back_batched(step.kind, s0, out, ranks) {
-        true => batched::slab_room(&m.shape, elem, ranks, s0),
-        false => 0,
-    };
-    let moves: usize = routed_rooms(step, input, out, ranks as u64).iter().flatten().sum();
-    batched::slab_room(&m.shape, elem, ranks, 1 - s0) + back + moves
+    let back = (back_batched(step.kind, s0, out, ranks))
+        .then(|| batched::slab_room(&m.shape, elem, ranks, s0));
+    let moves = routed_rooms(step, input, out, ranks as u64);
+    let transposed = batched::slab_room(&m.shape, elem, ranks, 1 - s0);
+    [Some(transposed), back].into_iter().chain(moves).flatten().collect()
 }
 
 /// Symmetric-heap room for the moves around an FFT's slabs by puts ([`Staged::routed`]), of
@@ -755,7 +760,7 @@ impl<B: Backend> PreparedFft<B> {
 #[cfg(test)]
 mod tests {
     use super::check::inverse;
-    use super::symmetric_room;
+    use super::symmetric_rooms;
     use crate::dist::TensorState;
     use crate::init::tests::state;
     use crate::ops::fft::Fft;
@@ -783,8 +788,8 @@ mod tests {
         );
         assert!(super::back_batched(super::FftKind::C2c, 0, &named, 4));
         assert_eq!(
-            symmetric_room(&fft("c2c"), &named, &named, 4),
-            symmetric_room(&fft("c2c"), &indexed, &indexed, 4)
+            symmetric_rooms(&fft("c2c"), &named, &named, 4),
+            symmetric_rooms(&fft("c2c"), &indexed, &indexed, 4)
         );
     }
 
@@ -845,56 +850,57 @@ mod tests {
         let c = state(&[30, 27, 33], DType::C64, Layout::C, x.clone());
         let c_y = state(&[30, 27, 33], DType::C64, Layout::C, y.clone());
         // 27 rows over 4 ranks: 7, 7, 7, 6; every rank reserves the largest. Left in y-slabs
-        // (reshape = false) that is all; back in x-slabs also the largest of 8, 8, 7, 7 planes.
-        assert_eq!(symmetric_room(&fft("c2c"), &c, &c_y, 4), 30 * 7 * 33 * 8);
+        // (reshape = false) that is all; back in x-slabs also the largest of 8, 8, 7, 7 planes,
+        // in a buffer of its own.
+        assert_eq!(symmetric_rooms(&fft("c2c"), &c, &c_y, 4), [30 * 7 * 33 * 8]);
         assert_eq!(
-            symmetric_room(&fft("c2c"), &c, &c, 4),
-            30 * 7 * 33 * 8 + 8 * 27 * 33 * 8
+            symmetric_rooms(&fft("c2c"), &c, &c, 4),
+            [30 * 7 * 33 * 8, 8 * 27 * 33 * 8]
         );
         // r2c: the complex half-spectrum (33 -> 17) in single precision.
         let real = state(&[30, 27, 33], DType::F32, Layout::C, x.clone());
         let half = state(&[30, 27, 17], DType::C64, Layout::C, x);
         assert_eq!(
-            symmetric_room(&fft("r2c"), &real, &half, 4),
-            30 * 7 * 17 * 8 + 8 * 27 * 17 * 8
+            symmetric_rooms(&fft("r2c"), &real, &half, 4),
+            [30 * 7 * 17 * 8, 8 * 27 * 17 * 8]
         );
         // From y-slabs, the largest x-slab piece (30 planes: 8, 8, 7, 7), and back in y-slabs
         // the largest y-slab piece too; one rank moves nothing.
         let from_y = state(&[30, 27, 33], DType::C128, Layout::C, y);
         assert_eq!(
-            symmetric_room(&fft("c2c"), &from_y, &from_y, 4),
-            8 * 27 * 33 * 16 + 30 * 7 * 33 * 16
+            symmetric_rooms(&fft("c2c"), &from_y, &from_y, 4),
+            [8 * 27 * 33 * 16, 30 * 7 * 33 * 16]
         );
         let x_out = state(&[30, 27, 33], DType::C128, Layout::C, c.dist.clone());
         assert_eq!(
-            symmetric_room(&fft("c2c"), &from_y, &x_out, 4),
-            8 * 27 * 33 * 16
+            symmetric_rooms(&fft("c2c"), &from_y, &x_out, 4),
+            [8 * 27 * 33 * 16]
         );
-        assert_eq!(symmetric_room(&fft("c2c"), &c, &c, 1), 0);
+        assert!(symmetric_rooms(&fft("c2c"), &c, &c, 1).is_empty());
         // A 2-D c2r starts from y-slabs (to x-slabs by rows, 8 of 30 planes; its result, real,
         // goes back in one movement, into the largest y-slab piece: 30 x 7), its check's
         // inverse (an r2c) from x-slabs, where its input moves first (8 of 30 planes).
         let spectrum = state(&[30, 14], DType::C128, Layout::C, from_y.dist.clone());
         let signal = state(&[30, 27], DType::F64, Layout::C, from_y.dist);
         assert_eq!(
-            symmetric_room(&fft("c2r"), &spectrum, &signal, 4),
-            8 * 14 * 16 + 30 * 7 * 8
+            symmetric_rooms(&fft("c2r"), &spectrum, &signal, 4),
+            [8 * 14 * 16, 30 * 7 * 8]
         );
         let back = inverse(&fft("c2r"));
         assert_eq!(
-            symmetric_room(&back, &signal, &spectrum, 4),
-            30 * 4 * 16 + 8 * 27 * 8
+            symmetric_rooms(&back, &signal, &spectrum, 4),
+            [30 * 4 * 16, 8 * 27 * 8]
         );
     }
 
     #[test]
     fn puts_get_room_for_the_moves_from_and_back_to_pencils() {
-        // Into x-slabs (the largest piece 8 planes), the transposed y-slabs (7 rows), and back
-        // into the largest box (15 x 14) in one movement each, which puts may make.
+        // The transposed y-slabs (7 rows), and the moves into x-slabs (the largest piece 8
+        // planes) and back into the largest box (15 x 14), which puts may make: a buffer each.
         let x = pencils();
         assert_eq!(
-            symmetric_room(&fft("c2c"), &x, &x, 4),
-            (8 * 27 * 33 + 30 * 7 * 33 + 15 * 14 * 33) * 8
+            symmetric_rooms(&fft("c2c"), &x, &x, 4),
+            [30 * 7 * 33 * 8, 8 * 27 * 33 * 8, 15 * 14 * 33 * 8]
         );
     }
 }

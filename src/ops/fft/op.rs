@@ -43,7 +43,7 @@ impl Op for Fft {
         Needs {
             run: memory::workspace(self, input, out, ranks),
             check: memory::check_workspace(self, input, out, ranks),
-            heap: memory::heap_room(self, input, out, ranks),
+            puts: memory::puts_rooms(self, input, out, ranks),
         }
     }
 

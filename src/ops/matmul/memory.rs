@@ -4,8 +4,9 @@
 //! for a check of a nonlinear epilog the kept pre-activation values. A matmul in rounds holds
 //! each round's arrived piece instead of the gathered operand, and with `pipeline = "auto"` its
 //! trials hold both ways at once. Counted as the CPU runs it (no fused epilog, no rounds of
-//! puts: the GPU's fused epilog only drops buffers, and its rounds land on the symmetric heap,
-//! which the plan counts apart); the GEMM library's own buffers apart ([`LIBRARY_BYTES`]).
+//! puts: the GPU's fused epilog only drops buffers, and its rounds land in symmetric buffers,
+//! which the plan counts apart: [`puts_rooms`]); the GEMM library's own buffers apart
+//! ([`LIBRARY_BYTES`]).
 
 use super::{
     Reduction, Target, bias_target, epilog, local, moves_result, natural_state, targets,
@@ -37,15 +38,7 @@ pub fn workspace<'a>(
     check: bool,
 ) -> impl Fn(u64) -> u64 + 'a {
     let (sa, sb) = (&inputs[0], &inputs[1]);
-    // SUMMA's panels are sized from each rank's piece: listing them (every block of a
-    // block-cyclic operand, on every rank) is the preparation's work, not the plan's.
-    let (targets, reduction) = match choice.algorithm {
-        MatmulAlgorithm::Summa => (None, Reduction::None),
-        _ => {
-            let (a, b, reduction) = targets(step, choice, (sa, sb), out, ranks);
-            (Some((a, b)), reduction)
-        }
-    };
+    let (targets, reduction) = moves(step, choice, (sa, sb), out, ranks);
     let direct = writes_directly(step, &reduction, false);
     let natural = natural_state(&choice.natural, out, direct);
     // The addend lands beside the product, row-major (a partial result's on rank 0 alone: see
@@ -59,18 +52,7 @@ pub fn workspace<'a>(
     // The way in rounds where it can go so (see `operands`): with `pipeline = "auto"` its trial
     // runs hold it beside the whole gather, each with its own buffers.
     let state = move |of| operand(of, (sa, sb));
-    let listed = |list: Vec<chunks::Senders>| {
-        let arrived = |r: chunks::Senders| (r.of, chunks::arrived(state(r.of), &r, ranks as usize));
-        Rounds::Listed(list.into_iter().map(arrived).collect())
-    };
-    let rounds = match (step.pipeline, &targets) {
-        (MatmulPipeline::Whole, _) => None,
-        _ if ranks > EXACT_RANKS => estimated_rounds(choice.algorithm, (sa, sb), &targets, ranks),
-        (_, None) => chunks::summa_rounds(sa, sb, ranks as usize).map(listed),
-        (_, Some((ta, tb))) => {
-            rounds_of(step, choice.algorithm, (sa, sb), (ta, tb), ranks as usize).map(listed)
-        }
-    };
+    let rounds = planned_rounds(step, choice, (sa, sb), &targets, ranks);
     let csize = local::compute_dtype(sa.dtype).size();
     move |rank| {
         let ((moved_a, [ra, ca]), (moved_b, [rb, cb])) = match &targets {
@@ -159,6 +141,80 @@ pub fn workspace<'a>(
             _ => 0,
         };
         operands + result_side + natural_buf + trials
+    }
+}
+
+/// The symmetric buffers a matmul in rounds takes where puts bring its rounds (see `chunks`),
+/// each's bytes: each round's landing, as large as its operand's largest piece, and a signal
+/// word for every round. None for a matmul that gathers in one exchange.
+pub fn puts_rooms(
+    step: &Matmul,
+    choice: &MatmulChoice,
+    inputs: &[TensorState],
+    out: &TensorState,
+    ranks: u64,
+) -> Vec<u64> {
+    let (sa, sb) = (&inputs[0], &inputs[1]);
+    let (targets, _) = moves(step, choice, (sa, sb), out, ranks);
+    let largest = |of| {
+        let state = operand(of, (sa, sb));
+        (0..ranks).map(|r| local_bytes(state, ranks, r) as u64).max().unwrap_or(0)
+    };
+    let mut rooms: Vec<u64> = match planned_rounds(step, choice, (sa, sb), &targets, ranks) {
+        None => return Vec::new(),
+        Some(Rounds::Listed(list)) => list.iter().map(|&(of, _)| largest(of)).collect(),
+        Some(Rounds::Estimated(list)) => (list.iter())
+            .flat_map(|&(_, n, bytes)| std::iter::repeat_n(bytes, n))
+            .collect(),
+    };
+    if !rooms.is_empty() {
+        rooms.push(4 * rooms.len() as u64);
+    }
+    rooms
+}
+
+/// Where the algorithm moves a and b, and how it reduces the product. SUMMA's panels are sized
+/// from each rank's piece: listing them (every block of a block-cyclic operand, on every rank)
+/// is the preparation's work, not the plan's.
+fn moves(
+    step: &Matmul,
+    choice: &MatmulChoice,
+    (sa, sb): (&TensorState, &TensorState),
+    out: &TensorState,
+    ranks: u64,
+) -> (Option<(Target, Target)>, Reduction) {
+    match choice.algorithm {
+        MatmulAlgorithm::Summa => (None, Reduction::None),
+        _ => {
+            let (a, b, reduction) = targets(step, choice, (sa, sb), out, ranks);
+            (Some((a, b)), reduction)
+        }
+    }
+}
+
+/// The rounds the matmul moves its operands in, where it runs in rounds (see `operands`): as
+/// the preparation lists them up to [`EXACT_RANKS`] ranks, estimated above.
+fn planned_rounds(
+    step: &Matmul,
+    choice: &MatmulChoice,
+    (sa, sb): (&TensorState, &TensorState),
+    targets: &Option<(Target, Target)>,
+    ranks: u64,
+) -> Option<Rounds> {
+    let listed = |list: Vec<chunks::Senders>| {
+        let arrived = |r: chunks::Senders| {
+            let state = operand(r.of, (sa, sb));
+            (r.of, chunks::arrived(state, &r, ranks as usize))
+        };
+        Rounds::Listed(list.into_iter().map(arrived).collect())
+    };
+    match (step.pipeline, targets) {
+        (MatmulPipeline::Whole, _) => None,
+        _ if ranks > EXACT_RANKS => estimated_rounds(choice.algorithm, (sa, sb), targets, ranks),
+        (_, None) => chunks::summa_rounds(sa, sb, ranks as usize).map(listed),
+        (_, Some((ta, tb))) => {
+            rounds_of(step, choice.algorithm, (sa, sb), (ta, tb), ranks as usize).map(listed)
+        }
     }
 }
 

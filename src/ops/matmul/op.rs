@@ -8,7 +8,6 @@ use crate::backend::cuda::probe::Lib;
 use crate::dist::TensorState;
 use crate::exec::{Chosen, StepRun, trials};
 use crate::ops::Op;
-use crate::ops::movement::local_bytes;
 use crate::plan::StepPlan;
 use crate::plan::figures::Figures;
 use crate::plan::memory::Needs;
@@ -47,16 +46,15 @@ impl Op for Matmul {
     }
 
     /// Its buffers (see [`memory`]; the GEMM library's [`LIBRARY_BYTES`] the plan adds once),
-    /// and room on the heap for each operand gathered by puts.
+    /// and the symmetric buffers its rounds land in by puts.
     fn needs<'a>(&'a self, planned: &'a StepPlan, out: &'a TensorState, ranks: u64) -> Needs<'a> {
         let choice = (planned.matmul.as_ref()).expect("a planned matmul has an algorithm");
         let inputs = &planned.input_states;
         let check = self.common.check;
-        let heap = gathered_room(&inputs[0], ranks) + gathered_room(&inputs[1], ranks);
         Needs {
             run: Box::new(memory::workspace(self, choice, inputs, out, ranks, check)),
             check: Box::new(move |r| memory::check_workspace(self, inputs, out, (ranks, r))),
-            heap,
+            puts: memory::puts_rooms(self, choice, inputs, out, ranks),
         }
     }
 
@@ -148,11 +146,3 @@ fn pick_pipeline<B: Backend>(
     Ok((if times[0] <= times[1] { rounds } else { whole }, times))
 }
 
-/// Symmetric-heap room for an operand a matmul gathers by puts: at most P times its largest
-/// piece (a ring round's buffer is one piece).
-fn gathered_room(operand: &TensorState, ranks: u64) -> u64 {
-    let largest = (0..ranks)
-        .map(|r| local_bytes(operand, ranks, r) as u64)
-        .max();
-    largest.unwrap_or(0) * ranks
-}
