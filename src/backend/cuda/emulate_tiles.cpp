@@ -4,7 +4,8 @@
 // __syncthreads (a std::barrier). Each kernel copies grids of every shape class (whole tiles,
 // edges, lines shorter than a word, batches, offset starts) both ways across (the shifted
 // kernels, lines starting anywhere in a word, alongside too), and every element must land where
-// the grid says, with nothing written elsewhere. Exit status 0 when all do.
+// the grid says, with nothing written elsewhere (the kernel across in whole destination sectors,
+// copy_grid_1t, on larger grids too, for its inner tiles). Exit status 0 when all do.
 #include <barrier>
 #include <cstdint>
 #include <cstdio>
@@ -192,7 +193,17 @@ int main() {
                     shifted("copy_grid_2s", copy_grid_2s, 128);
                     shifted("copy_grid_4s", copy_grid_4s, 64);
                     shifted("copy_grid_8s", copy_grid_8s, 64);
+                    if (store != load_q) shifted("copy_grid_1t", copy_grid_1t, 128);
                 }
+            }
+    // Bytes across in whole destination sectors: grids with inner tiles (bands with lines before
+    // them and after, a line's 128 bytes with more after) besides the edges.
+    const unsigned long long large[][2] = {{600, 700}, {1100, 300}};
+    for (auto& shape : large)
+        for (int load_q = 0; load_q < 2; load_q++)
+            for (unsigned long long batches : {1ull, 2ull}) {
+                bad += check("copy_grid_1t", copy_grid_1t, 128, 0, 0, shape[0], shape[1], load_q, !load_q, batches, true);
+                runs++;
             }
     std::printf("%d grid copies, %d elements misplaced\n", runs, bad);
     return bad != 0;

@@ -424,6 +424,139 @@ COPY_SHIFTED(2, unsigned short, unsigned long long, 4, COMMA 3)
 COPY_SHIFTED(4, unsigned int, unsigned long long, 2, COMMA 4)
 COPY_SHIFTED(8, unsigned long long, uint4, 2, )
 
+// copy_grid_1t: bytes across (the source's lines along one axis, the destination's along the
+// other) where lines start anywhere in a word on both sides, in grids too large for the L2 to
+// hold. Where a line's 128 bytes start mid-sector, writing them costs the L2 a partial sector at
+// each end, shared with the next tile's write; reading them so costs nothing (on an H200, 1.3x
+// the time writing words anywhere against whole sectors, the same reading either way;
+// bench/RESULTS.md, 2026-11-28 seventeenth session). So each block writes whole sectors: of each
+// destination line of its 128 columns (a source line's 128 bytes), the 256 bytes from the sector
+// holding its band's first row r0 (rows r0 - phi.., phi that row's place in its sector), and
+// reads for that the 32 lines before its band too. Each warp reads 4 source lines at a time
+// (each lane a word, two aligned ones funnel-shifted to the columns), turns its 4 x 4 bytes over
+// in registers and stores the 4 words down the tile's columns (P words apart, and a column more
+// every 32, so that a warp's stores meet every bank once), in three passes of 96 lines; then
+// each destination word is two tile words funnel-shifted to where its sector puts its rows.
+// Inner tiles check no bounds; at a grid's edges, bytes outside the lines stay unread and
+// unwritten. In bands of 256 lines 1.31x the shifted tiles' speed on an H200, 1.27x in bands of
+// 128; registers capped for four blocks an SM. (2-byte elements so, in bands of 64 or 128
+// lines, ran no faster than shifted.)
+struct Lines {
+    unsigned long long src, dst;  // byte addresses of line 0's first byte on each side
+    long long lines, len, ps, pd;  // source lines, their length, and each side's line step
+};
+
+struct Across {
+    typedef unsigned long long u64;
+    static constexpr int CB = 128, RB = 256, HALO = 32, GROUPS = (RB + HALO) / 4, P = GROUPS + 1;
+    static constexpr int WARPS = 8, PASSES = 3, PER = GROUPS / WARPS / PASSES;
+    static constexpr int WORDS = CB * P + CB / 32;
+    long long r0, c0;
+
+    __device__ static unsigned int column(unsigned int x) { return x * P + (x >> 5); }
+    __device__ bool inner(const Lines& a) const {
+        return r0 >= HALO && r0 + RB <= a.lines && c0 + CB < a.len;
+    }
+    template <bool EDGE>
+    __device__ void load(const Lines& a, unsigned int* sm, unsigned int w, unsigned int l) const {
+        const long long t_first = r0 - HALO + 4 * w;
+        const u64 first = a.src + (u64)(t_first * a.ps) + (u64)c0;
+#pragma unroll 1
+        for (int pass = 0; pass < PASSES; pass++) {
+            unsigned int w0[PER][4], w1[PER][4], sh[PER][4];
+#pragma unroll
+            for (int g = 0; g < PER; g++)
+#pragma unroll
+                for (int v = 0; v < 4; v++) {
+                    const int k = 4 * WARPS * (g + PER * pass) + v;
+                    const u64 from = first + (u64)(k * a.ps);
+                    const u64 p0 = (from & ~3ull) + 4 * l, p1 = p0 + 4;
+                    sh[g][v] = (unsigned int)(from & 3) * 8;
+                    if constexpr (EDGE) {
+                        const u64 end = from + (u64)(a.len - c0);
+                        const bool in = t_first + k >= 0 && t_first + k < a.lines;
+                        w0[g][v] = in && p0 < end ? *(const unsigned int*)p0 : 0u;
+                        w1[g][v] = in && p1 < end && sh[g][v] ? *(const unsigned int*)p1 : 0u;
+                    } else {
+                        w0[g][v] = *(const unsigned int*)p0;
+                        w1[g][v] = *(const unsigned int*)p1;
+                    }
+                }
+#pragma unroll
+            for (int g = 0; g < PER; g++) {
+                unsigned int r[4];
+#pragma unroll
+                for (int v = 0; v < 4; v++) r[v] = __funnelshift_r(w0[g][v], w1[g][v], sh[g][v]);
+                const unsigned int t0 = __byte_perm(r[0], r[1], 0x5140);
+                const unsigned int t1 = __byte_perm(r[0], r[1], 0x7362);
+                const unsigned int t2 = __byte_perm(r[2], r[3], 0x5140);
+                const unsigned int t3 = __byte_perm(r[2], r[3], 0x7362);
+                const unsigned int G = w + WARPS * (g + PER * pass);
+                sm[column(4 * l) + G] = __byte_perm(t0, t2, 0x5410);
+                sm[column(4 * l + 1) + G] = __byte_perm(t0, t2, 0x7632);
+                sm[column(4 * l + 2) + G] = __byte_perm(t1, t3, 0x5410);
+                sm[column(4 * l + 3) + G] = __byte_perm(t1, t3, 0x7632);
+            }
+        }
+    }
+    template <bool EDGE>
+    __device__ void write(const Lines& a, const unsigned int* sm, unsigned int w, unsigned int l) const {
+        const u64 first = a.dst + (u64)((c0 + w) * a.pd) + (u64)r0;
+#pragma unroll
+        for (int i = 0; i < CB / WARPS; i++) {
+            const unsigned int x = w + WARPS * i;
+            if (EDGE && c0 + x >= a.len) continue;
+            const u64 seg = first + (u64)(WARPS * i * a.pd);
+            const int phi = (int)(seg & 31);
+#pragma unroll
+            for (int h = 0; h < RB / CB; h++) {
+                const unsigned int m = l + 32 * h;
+                const u64 at = (seg & ~31ull) + 4 * m;
+                const int j0 = HALO - phi + 4 * (int)m;  // the word's first row in the tile
+                const unsigned int* col = sm + column(x) + j0 / 4;
+                const unsigned int word = __funnelshift_r(col[0], col[1], (unsigned int)(j0 % 4) * 8);
+                if constexpr (EDGE) {
+                    const long long t0 = r0 - phi + 4 * (long long)m;  // below 0: before the line
+                    if (t0 < 0 || t0 + 4 > a.lines) {
+                        for (int v = 0; v < 4; v++)
+                            if (t0 + v >= 0 && t0 + v < a.lines) ((unsigned char*)at)[v] = (unsigned char)(word >> (8 * v));
+                        continue;
+                    }
+                }
+                *(unsigned int*)at = word;
+            }
+        }
+    }
+};
+
+extern "C" __global__ void __launch_bounds__(256, 4) copy_grid_1t(const unsigned char* s, unsigned char* d,
+                                                                  Grid g, int load_q, int, int, int) {
+    __shared__ unsigned int sm[Across::WORDS];
+    const unsigned int w = threadIdx.y, l = threadIdx.x;
+    // The source's lines run along a run's elements (load_q) or along the runs.
+    const long long lines = load_q ? g.count : g.rows, len = load_q ? g.rows : g.count;
+    const long long ps = load_q ? g.stride_s : g.step_s, pd = load_q ? g.step_d : g.stride_d;
+    const long long bands = (lines + Across::HALO + Across::RB - 1) / Across::RB;
+    const long long tiles = (len + Across::CB - 1) / Across::CB;
+    for (unsigned long long p = blockIdx.z; p < g.batches; p += gridDim.z)
+    for (long long by = blockIdx.y; by < bands; by += gridDim.y)
+    for (long long bx = blockIdx.x; bx < tiles; bx += gridDim.x) {
+        const Lines a{(unsigned long long)(s + g.start_s + p * g.outer_s),
+                      (unsigned long long)(d + g.start_d + p * g.outer_d), lines, len, ps, pd};
+        const Across t{by * Across::RB, bx * Across::CB};
+        if (t.inner(a)) {
+            t.load<false>(a, sm, w, l);
+            __syncthreads();
+            t.write<false>(a, sm, w, l);
+        } else {
+            t.load<true>(a, sm, w, l);
+            __syncthreads();
+            t.write<true>(a, sm, w, l);
+        }
+        __syncthreads();
+    }
+}
+
 // The product over `ranks` gathered arrays of n complex values (float2 or double2), elements
 // first..first + count, in rank order, in double precision.
 extern "C" __global__ void complex_product(const void* all, void* out, int f64,
@@ -504,6 +637,28 @@ fn lines(step: usize, stride: usize) -> Option<usize> {
         (s, 1) => Some(s),
         _ => None,
     }
+}
+
+/// The bytes from which a shifted grid of bytes across moves in whole destination sectors (the
+/// `t` kernel): a grid the L2 cannot hold (50-60 MB on an H100 or H200), where partly written
+/// sectors cost; a smaller one runs faster in the shifted tiles (u8 3001 x 4097 on an H200:
+/// 0.014 ms shifted, 0.019 in sectors).
+const ACROSS_BYTES: usize = 32 << 20;
+
+/// Whether a grid whose lines start anywhere in a word ([`shifted_words`]) moves in whole
+/// destination sectors (see `copy_grid_1t`): bytes, read along one axis and written along the
+/// other, [`ACROSS_BYTES`] or more.
+fn across_sectors(g: &RunGrid, elem: usize) -> bool {
+    elem == 1
+        && along_runs(g.step.0, g.strides.0) != along_runs(g.step.1, g.strides.1)
+        && shifted_words(g, elem)
+        && g.rows * g.count * g.batches >= ACROSS_BYTES
+}
+
+/// Whether a side of a grid (its runs' `step`, their elements' `stride`) is contiguous along
+/// the runs, not along a run's elements.
+fn along_runs(step: usize, stride: usize) -> bool {
+    step == 1 && stride != 1
 }
 
 /// Whether grids of 1-, 2-, 4- or 8-byte elements whose words are not all aligned
@@ -616,6 +771,8 @@ struct Kernels {
     copy_grid_8w: CudaFunction,
     /// copy_grid_<bytes>s for elements of 1, 2, 4 and 8 bytes: words shifted along each line.
     copy_grid_shifted: [CudaFunction; 4],
+    /// copy_grid_1t: bytes across in whole destination sectors.
+    copy_grid_1t: CudaFunction,
     finish: CudaFunction,
     conj_copy: CudaFunction,
     scale_f32: CudaFunction,
@@ -650,6 +807,7 @@ impl Kernels {
                 let grid = |bytes: usize| module.load_function(&format!("copy_grid_{bytes}s"));
                 [grid(1)?, grid(2)?, grid(4)?, grid(8)?]
             },
+            copy_grid_1t: module.load_function("copy_grid_1t")?,
             finish: module.load_function("finish")?,
             conj_copy: module.load_function("conj_copy")?,
             scale_f32: module.load_function("scale_f32")?,
@@ -1011,6 +1169,45 @@ impl<'a> Cuda<'a> {
         self.copy_grid_at(self.st(), ptrs, g, elem)
     }
 
+    /// A grid of bytes across in whole destination sectors (see [`across_sectors`]): blocks
+    /// along x take each source line's 128 bytes, along y bands of 256 lines, along z the grids.
+    fn copy_across(
+        &self,
+        stream: &Arc<CudaStream>,
+        (src, dst): (u64, u64),
+        grid: GridArg,
+        g: &RunGrid,
+        load_q: i32,
+    ) -> Result<()> {
+        let (lines, len) = match load_q {
+            1 => (g.count, g.rows),
+            _ => (g.rows, g.count),
+        };
+        let blocks = |n: usize| n.clamp(1, 65535) as u32;
+        let cfg = LaunchConfig {
+            grid_dim: (
+                blocks(len.div_ceil(128)),
+                blocks((lines + 32).div_ceil(256)),
+                blocks(g.batches),
+            ),
+            block_dim: (32, 8, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut launch = stream.launch_builder(&self.kernels.copy_grid_1t);
+        let unused = 0i32;
+        launch
+            .arg(&src)
+            .arg(&dst)
+            .arg(&grid)
+            .arg(&load_q)
+            .arg(&unused)
+            .arg(&unused)
+            .arg(&unused);
+        // SAFETY: the grid's runs stay inside both buffers (their callers size them).
+        unsafe { launch.launch(cfg) }?;
+        Ok(())
+    }
+
     /// [`Cuda::copy_grid`] between device addresses (the grid's starts count from them), on
     /// `stream`.
     fn copy_grid_at(
@@ -1037,10 +1234,13 @@ impl<'a> Cuda<'a> {
             .map(|x| x as u64),
         );
         // Along the runs where they follow each other and a run's elements do not.
-        let load_q = i32::from(g.step.0 == 1 && g.strides.0 != 1);
-        let store_q = i32::from(g.step.1 == 1 && g.strides.1 != 1);
+        let load_q = i32::from(along_runs(g.step.0, g.strides.0));
+        let store_q = i32::from(along_runs(g.step.1, g.strides.1));
         let wide = wide_words(g, elem, (src, dst));
         let shifted = !wide && shifted_words(g, elem);
+        if shifted && across_sectors(g, elem) {
+            return self.copy_across(stream, (src, dst), grid, g, load_q);
+        }
         let pairs = !wide && !shifted && pairs(g, elem);
         let side = 32
             * match (wide || shifted, pairs) {
@@ -1927,7 +2127,7 @@ impl Backend for Cuda<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Kernels, check, fill, shifted_words, wide_words};
+    use super::{Kernels, across_sectors, check, fill, shifted_words, wide_words};
     use crate::backend::work::{Run, RunGrid};
 
     /// The grid of an R x C matrix from C to F order (one run per column).
@@ -1942,6 +2142,27 @@ mod tests {
             })
             .collect();
         RunGrid::of(&runs).expect("a grid")
+    }
+
+    #[test]
+    fn only_large_byte_grids_across_move_in_whole_sectors() {
+        // u8 16385 x 16383 (256 MiB), lines odd on both sides: across.
+        assert!(across_sectors(&transpose(16385, 16383, 3), 1));
+        // Under 32 MiB, wider elements, or read and written along the same axis: not.
+        assert!(!across_sectors(&transpose(3001, 4097, 3), 1));
+        assert!(!across_sectors(&transpose(8191, 12289, 3), 2));
+        let alongside: Vec<Run> = (0..16383)
+            .map(|j| Run {
+                src: 3 + j * 16385,
+                dst: j * 16387,
+                count: 16385,
+                src_stride: 1,
+                dst_stride: 1,
+            })
+            .collect();
+        let alongside = RunGrid::of(&alongside).expect("a grid");
+        assert!(shifted_words(&alongside, 1));
+        assert!(!across_sectors(&alongside, 1));
     }
 
     #[test]
@@ -2030,7 +2251,7 @@ mod tests {
         let out = String::from_utf8_lossy(&ran.stdout);
         assert!(ran.status.success(), "{out}");
         assert!(
-            out.contains("432 grid copies, 0 elements misplaced"),
+            out.contains("464 grid copies, 0 elements misplaced"),
             "{out}"
         );
     }
