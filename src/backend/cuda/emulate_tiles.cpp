@@ -4,8 +4,8 @@
 // __syncthreads (a std::barrier). Each kernel copies grids of every shape class (whole tiles,
 // edges, lines shorter than a word, batches, offset starts) both ways across (the shifted
 // kernels, lines starting anywhere in a word, alongside too), and every element must land where
-// the grid says, with nothing written elsewhere (the kernel across in whole destination sectors,
-// copy_grid_1t, on larger grids too, for its inner tiles). Exit status 0 when all do.
+// the grid says, with nothing written elsewhere (the kernels across in whole destination sectors,
+// copy_grid_<bytes>t, on larger grids too, for their inner tiles). Exit status 0 when all do.
 #include <barrier>
 #include <cstdint>
 #include <cstdio>
@@ -106,7 +106,8 @@ static E value(size_t k) {
 // at every place in a word.
 template <typename E>
 static int check(const char* name, Kernel<E> kernel, unsigned side, int wide, int pairs, unsigned long long rows,
-                 unsigned long long count, int load_q, int store_q, unsigned long long batches, bool shifted) {
+                 unsigned long long count, int load_q, int store_q, unsigned long long batches, bool shifted,
+                 unsigned band = 0) {
     Grid g{};
     g.batches = batches;
     g.rows = rows;
@@ -132,8 +133,12 @@ static int check(const char* name, Kernel<E> kernel, unsigned side, int wide, in
     std::memset(dst, 0xa5, n_d * sizeof(E));
     std::vector<char> in_grid(n_d, 0);
     auto tiles = [side](unsigned long long m) { return (unsigned)((m + side - 1) / side); };
-    launch({tiles(rows), tiles(count), (unsigned)batches},
-           [&] { kernel(src, dst, g, load_q, store_q, wide, pairs); });
+    // The kernels across in whole sectors take a block a tile: along the source's lines (`side`
+    // elements of each), and over bands of `band` lines and the 32 bytes' worth before them.
+    const unsigned long long lines = load_q ? count : rows, len = load_q ? rows : count;
+    const D3 blocks = band ? D3{tiles(len), (unsigned)((lines + 32 / sizeof(E) + band - 1) / band), (unsigned)batches}
+                           : D3{tiles(rows), tiles(count), (unsigned)batches};
+    launch(blocks, [&] { kernel(src, dst, g, load_q, store_q, wide, pairs); });
     int bad = 0;
     for (unsigned long long p = 0; p < batches; p++)
         for (unsigned long long q = 0; q < rows; q++)
@@ -193,17 +198,22 @@ int main() {
                     shifted("copy_grid_2s", copy_grid_2s, 128);
                     shifted("copy_grid_4s", copy_grid_4s, 64);
                     shifted("copy_grid_8s", copy_grid_8s, 64);
-                    if (store != load_q) shifted("copy_grid_1t", copy_grid_1t, 128);
+                    if (store != load_q) {
+                        bad += check("copy_grid_1t", copy_grid_1t, 128, 0, 0, rows, count, load_q, store, batches, true, 256);
+                        bad += check("copy_grid_2t", copy_grid_2t, 64, 0, 0, rows, count, load_q, store, batches, true, 64);
+                        runs += 2;
+                    }
                 }
             }
-    // Bytes across in whole destination sectors: grids with inner tiles (bands with lines before
-    // them and after, a line's 128 bytes with more after) besides the edges.
+    // Across in whole destination sectors: grids with inner tiles (bands with lines before them
+    // and after, a line's 128 bytes with more after) besides the edges.
     const unsigned long long large[][2] = {{600, 700}, {1100, 300}};
     for (auto& shape : large)
         for (int load_q = 0; load_q < 2; load_q++)
             for (unsigned long long batches : {1ull, 2ull}) {
-                bad += check("copy_grid_1t", copy_grid_1t, 128, 0, 0, shape[0], shape[1], load_q, !load_q, batches, true);
-                runs++;
+                bad += check("copy_grid_1t", copy_grid_1t, 128, 0, 0, shape[0], shape[1], load_q, !load_q, batches, true, 256);
+                bad += check("copy_grid_2t", copy_grid_2t, 64, 0, 0, shape[0], shape[1], load_q, !load_q, batches, true, 64);
+                runs += 2;
             }
     std::printf("%d grid copies, %d elements misplaced\n", runs, bad);
     return bad != 0;

@@ -424,32 +424,37 @@ COPY_SHIFTED(2, unsigned short, unsigned long long, 4, COMMA 3)
 COPY_SHIFTED(4, unsigned int, unsigned long long, 2, COMMA 4)
 COPY_SHIFTED(8, unsigned long long, uint4, 2, )
 
-// copy_grid_1t: bytes across (the source's lines along one axis, the destination's along the
-// other) where lines start anywhere in a word on both sides, in grids too large for the L2 to
-// hold. Where a line's 128 bytes start mid-sector, writing them costs the L2 a partial sector at
-// each end, shared with the next tile's write; reading them so costs nothing (on an H200, 1.3x
-// the time writing words anywhere against whole sectors, the same reading either way;
-// bench/RESULTS.md, 2026-11-28 seventeenth session). So each block writes whole sectors: of each
-// destination line of its 128 columns (a source line's 128 bytes), the 256 bytes from the sector
-// holding its band's first row r0 (rows r0 - phi.., phi that row's place in its sector), and
-// reads for that the 32 lines before its band too. Each warp reads 4 source lines at a time
-// (each lane a word, two aligned ones funnel-shifted to the columns), turns its 4 x 4 bytes over
-// in registers and stores the 4 words down the tile's columns (P words apart, and a column more
-// every 32, so that a warp's stores meet every bank once), in three passes of 96 lines; then
-// each destination word is two tile words funnel-shifted to where its sector puts its rows.
-// Inner tiles check no bounds; at a grid's edges, bytes outside the lines stay unread and
-// unwritten. In bands of 256 lines 1.31x the shifted tiles' speed on an H200, 1.27x in bands of
-// 128; registers capped for four blocks an SM. (2-byte elements so, in bands of 64 or 128
-// lines, ran no faster than shifted.)
+// copy_grid_1t and copy_grid_2t: 1- and 2-byte elements across (the source's lines along one
+// axis, the destination's along the other) where lines start anywhere in a word on both sides,
+// in grids too large for the L2 to hold. Where a line's 128 bytes start mid-sector, writing them
+// costs the L2 a partial sector at each end, shared with the next tile's write; reading them so
+// costs nothing (on an H200, 1.3x the time writing words anywhere against whole sectors, the
+// same reading either way; bench/RESULTS.md, 2026-11-28 seventeenth session). So each block
+// writes whole sectors: of each destination line of its CB columns (a source line's 128 bytes),
+// the K x 128 bytes from the sector holding its band's first row r0 (rows r0 - phi.., phi that
+// row's place in its sector), and reads for that the HALO lines before its band too (32 bytes'
+// worth). Each warp reads V source lines at a time (each lane a word, two aligned ones
+// funnel-shifted to the columns), turns its V x V block over in registers and stores the V
+// words down the tile's columns (P words apart, and a column more every 32, so that a warp's
+// stores meet every bank once), in PASSES passes; then each destination word is two tile words
+// funnel-shifted to where its sector puts its rows. Inner tiles check no bounds; at a grid's
+// edges, elements outside the lines stay unread and unwritten.
 struct Lines {
-    unsigned long long src, dst;  // byte addresses of line 0's first byte on each side
+    unsigned long long src, dst;  // byte addresses of line 0's first element on each side
     long long lines, len, ps, pd;  // source lines, their length, and each side's line step
 };
 
+template <int E> struct Unit { typedef unsigned char T; };
+template <> struct Unit<2> { typedef unsigned short T; };
+
+template <int E, int K>
 struct Across {
     typedef unsigned long long u64;
-    static constexpr int CB = 128, RB = 256, HALO = 32, GROUPS = (RB + HALO) / 4, P = GROUPS + 1;
-    static constexpr int WARPS = 8, PASSES = 3, PER = GROUPS / WARPS / PASSES;
+    typedef typename Unit<E>::T T;
+    static constexpr int V = 4 / E, CB = 128 / E, RB = K * CB, HALO = 32 / E, ROWS = RB + HALO;
+    static constexpr int GROUPS = ROWS / V, P = GROUPS + 1, WARPS = 8;
+    static constexpr int PASSES = K == 1 ? 1 : 3, PER = GROUPS / WARPS / PASSES;
+    static_assert(PER * PASSES * WARPS == GROUPS, "every group of lines in a pass");
     static constexpr int WORDS = CB * P + CB / 32;
     long long r0, c0;
 
@@ -459,21 +464,21 @@ struct Across {
     }
     template <bool EDGE>
     __device__ void load(const Lines& a, unsigned int* sm, unsigned int w, unsigned int l) const {
-        const long long t_first = r0 - HALO + 4 * w;
-        const u64 first = a.src + (u64)(t_first * a.ps) + (u64)c0;
+        const long long step = a.ps * E, t_first = r0 - HALO + V * w;
+        const u64 first = a.src + (u64)(t_first * step) + (u64)(c0 * E);
 #pragma unroll 1
         for (int pass = 0; pass < PASSES; pass++) {
-            unsigned int w0[PER][4], w1[PER][4], sh[PER][4];
+            unsigned int w0[PER][V], w1[PER][V], sh[PER][V];
 #pragma unroll
             for (int g = 0; g < PER; g++)
 #pragma unroll
-                for (int v = 0; v < 4; v++) {
-                    const int k = 4 * WARPS * (g + PER * pass) + v;
-                    const u64 from = first + (u64)(k * a.ps);
+                for (int v = 0; v < V; v++) {
+                    const int k = V * WARPS * (g + PER * pass) + v;
+                    const u64 from = first + (u64)(k * step);
                     const u64 p0 = (from & ~3ull) + 4 * l, p1 = p0 + 4;
                     sh[g][v] = (unsigned int)(from & 3) * 8;
                     if constexpr (EDGE) {
-                        const u64 end = from + (u64)(a.len - c0);
+                        const u64 end = from + (u64)((a.len - c0) * E);
                         const bool in = t_first + k >= 0 && t_first + k < a.lines;
                         w0[g][v] = in && p0 < end ? *(const unsigned int*)p0 : 0u;
                         w1[g][v] = in && p1 < end && sh[g][v] ? *(const unsigned int*)p1 : 0u;
@@ -484,42 +489,50 @@ struct Across {
                 }
 #pragma unroll
             for (int g = 0; g < PER; g++) {
-                unsigned int r[4];
+                unsigned int r[V], o[V];
 #pragma unroll
-                for (int v = 0; v < 4; v++) r[v] = __funnelshift_r(w0[g][v], w1[g][v], sh[g][v]);
-                const unsigned int t0 = __byte_perm(r[0], r[1], 0x5140);
-                const unsigned int t1 = __byte_perm(r[0], r[1], 0x7362);
-                const unsigned int t2 = __byte_perm(r[2], r[3], 0x5140);
-                const unsigned int t3 = __byte_perm(r[2], r[3], 0x7362);
+                for (int v = 0; v < V; v++) r[v] = __funnelshift_r(w0[g][v], w1[g][v], sh[g][v]);
+                if constexpr (V == 4) {
+                    const unsigned int t0 = __byte_perm(r[0], r[1], 0x5140);
+                    const unsigned int t1 = __byte_perm(r[0], r[1], 0x7362);
+                    const unsigned int t2 = __byte_perm(r[2], r[3], 0x5140);
+                    const unsigned int t3 = __byte_perm(r[2], r[3], 0x7362);
+                    o[0] = __byte_perm(t0, t2, 0x5410);
+                    o[1] = __byte_perm(t0, t2, 0x7632);
+                    o[2] = __byte_perm(t1, t3, 0x5410);
+                    o[3] = __byte_perm(t1, t3, 0x7632);
+                } else {
+                    o[0] = __byte_perm(r[0], r[1], 0x5410);
+                    o[1] = __byte_perm(r[0], r[1], 0x7632);
+                }
                 const unsigned int G = w + WARPS * (g + PER * pass);
-                sm[column(4 * l) + G] = __byte_perm(t0, t2, 0x5410);
-                sm[column(4 * l + 1) + G] = __byte_perm(t0, t2, 0x7632);
-                sm[column(4 * l + 2) + G] = __byte_perm(t1, t3, 0x5410);
-                sm[column(4 * l + 3) + G] = __byte_perm(t1, t3, 0x7632);
+#pragma unroll
+                for (int i = 0; i < V; i++) sm[column(V * l + i) + G] = o[i];
             }
         }
     }
     template <bool EDGE>
     __device__ void write(const Lines& a, const unsigned int* sm, unsigned int w, unsigned int l) const {
-        const u64 first = a.dst + (u64)((c0 + w) * a.pd) + (u64)r0;
+        const long long step = a.pd * E;
+        const u64 first = a.dst + (u64)((c0 + w) * step) + (u64)(r0 * E);
 #pragma unroll
         for (int i = 0; i < CB / WARPS; i++) {
             const unsigned int x = w + WARPS * i;
             if (EDGE && c0 + x >= a.len) continue;
-            const u64 seg = first + (u64)(WARPS * i * a.pd);
-            const int phi = (int)(seg & 31);
+            const u64 seg = first + (u64)(WARPS * i * step);
+            const int phi = (int)((seg & 31) / E);
 #pragma unroll
-            for (int h = 0; h < RB / CB; h++) {
+            for (int h = 0; h < K; h++) {
                 const unsigned int m = l + 32 * h;
                 const u64 at = (seg & ~31ull) + 4 * m;
-                const int j0 = HALO - phi + 4 * (int)m;  // the word's first row in the tile
-                const unsigned int* col = sm + column(x) + j0 / 4;
-                const unsigned int word = __funnelshift_r(col[0], col[1], (unsigned int)(j0 % 4) * 8);
+                const int j0 = HALO - phi + V * (int)m;  // the word's first row in the tile
+                const unsigned int* col = sm + column(x) + j0 / V;
+                const unsigned int word = __funnelshift_r(col[0], col[1], (unsigned int)(j0 % V) * 8 * E);
                 if constexpr (EDGE) {
-                    const long long t0 = r0 - phi + 4 * (long long)m;  // below 0: before the line
-                    if (t0 < 0 || t0 + 4 > a.lines) {
-                        for (int v = 0; v < 4; v++)
-                            if (t0 + v >= 0 && t0 + v < a.lines) ((unsigned char*)at)[v] = (unsigned char)(word >> (8 * v));
+                    const long long t0 = r0 - phi + V * (long long)m;  // below 0: before the line
+                    if (t0 < 0 || t0 + V > a.lines) {
+                        for (int v = 0; v < V; v++)
+                            if (t0 + v >= 0 && t0 + v < a.lines) ((T*)at)[v] = (T)(word >> (8 * E * v));
                         continue;
                     }
                 }
@@ -529,33 +542,63 @@ struct Across {
     }
 };
 
-extern "C" __global__ void __launch_bounds__(256, 4) copy_grid_1t(const unsigned char* s, unsigned char* d,
-                                                                  Grid g, int load_q, int, int, int) {
-    __shared__ unsigned int sm[Across::WORDS];
-    const unsigned int w = threadIdx.y, l = threadIdx.x;
+// One tile: (bx, by) of grid p.
+template <int E, int K>
+__device__ __forceinline__ void across_tile(const unsigned char* s, unsigned char* d, const Grid& g,
+                                            int load_q, unsigned int* sm, unsigned long long p,
+                                            long long by, long long bx) {
+    typedef Across<E, K> A;
     // The source's lines run along a run's elements (load_q) or along the runs.
     const long long lines = load_q ? g.count : g.rows, len = load_q ? g.rows : g.count;
     const long long ps = load_q ? g.stride_s : g.step_s, pd = load_q ? g.step_d : g.stride_d;
-    const long long bands = (lines + Across::HALO + Across::RB - 1) / Across::RB;
-    const long long tiles = (len + Across::CB - 1) / Across::CB;
-    for (unsigned long long p = blockIdx.z; p < g.batches; p += gridDim.z)
-    for (long long by = blockIdx.y; by < bands; by += gridDim.y)
-    for (long long bx = blockIdx.x; bx < tiles; bx += gridDim.x) {
-        const Lines a{(unsigned long long)(s + g.start_s + p * g.outer_s),
-                      (unsigned long long)(d + g.start_d + p * g.outer_d), lines, len, ps, pd};
-        const Across t{by * Across::RB, bx * Across::CB};
-        if (t.inner(a)) {
-            t.load<false>(a, sm, w, l);
-            __syncthreads();
-            t.write<false>(a, sm, w, l);
-        } else {
-            t.load<true>(a, sm, w, l);
-            __syncthreads();
-            t.write<true>(a, sm, w, l);
-        }
+    const A t{by * A::RB, bx * A::CB};
+    const Lines a{(unsigned long long)(s + (g.start_s + p * g.outer_s) * E),
+                  (unsigned long long)(d + (g.start_d + p * g.outer_d) * E), lines, len, ps, pd};
+    const unsigned int w = threadIdx.y, l = threadIdx.x;
+    if (t.inner(a)) {
+        t.template load<false>(a, sm, w, l);
         __syncthreads();
+        t.template write<false>(a, sm, w, l);
+    } else {
+        t.template load<true>(a, sm, w, l);
+        __syncthreads();
+        t.template write<true>(a, sm, w, l);
     }
 }
+
+// The host launches a block a tile (x along the source's lines, y over their bands, z the
+// grids). 2-byte elements take the block's own tile: looping over tiles in a block ran 1.13x
+// slower on an H200. Bytes loop (over the one tile a launch gives each block), as measured:
+// taking the tile alone, their kernel spills 80 bytes of registers at four blocks an SM (not yet
+// run on a GPU).
+template <int E, int K, bool LOOP>
+__device__ __forceinline__ void across_tiles(const unsigned char* s, unsigned char* d, const Grid& g,
+                                             int load_q, unsigned int* sm) {
+    typedef Across<E, K> A;
+    const long long lines = load_q ? g.count : g.rows, len = load_q ? g.rows : g.count;
+    const long long bands = (lines + A::HALO + A::RB - 1) / A::RB, tiles = (len + A::CB - 1) / A::CB;
+    if constexpr (LOOP) {
+        for (unsigned long long p = blockIdx.z; p < g.batches; p += gridDim.z)
+        for (long long by = blockIdx.y; by < bands; by += gridDim.y)
+        for (long long bx = blockIdx.x; bx < tiles; bx += gridDim.x) {
+            across_tile<E, K>(s, d, g, load_q, sm, p, by, bx);
+            __syncthreads();
+        }
+    } else if (blockIdx.z < g.batches && blockIdx.y < bands && blockIdx.x < tiles) {
+        across_tile<E, K>(s, d, g, load_q, sm, blockIdx.z, blockIdx.y, blockIdx.x);
+    }
+}
+
+// Bytes in bands of 256 lines, 2-byte elements of 64 (the fastest of 64, 128 and 256 lines for
+// each on an H200); registers capped for four and five blocks an SM.
+#define COPY_ACROSS(NAME, E, K, LOOP, MINB)                                                      \
+    extern "C" __global__ void __launch_bounds__(256 MINB) copy_grid_##NAME##t(                  \
+        const Unit<E>::T* src, Unit<E>::T* dst, Grid g, int load_q, int, int, int) {             \
+        __shared__ unsigned int sm[Across<E, K>::WORDS];                                         \
+        across_tiles<E, K, LOOP>((const unsigned char*)src, (unsigned char*)dst, g, load_q, sm); \
+    }
+COPY_ACROSS(1, 1, 2, true, COMMA 4)
+COPY_ACROSS(2, 2, 1, false, COMMA 5)
 
 // The product over `ranks` gathered arrays of n complex values (float2 or double2), elements
 // first..first + count, in rank order, in double precision.
@@ -639,20 +682,38 @@ fn lines(step: usize, stride: usize) -> Option<usize> {
     }
 }
 
-/// The bytes from which a shifted grid of bytes across moves in whole destination sectors (the
-/// `t` kernel): a grid the L2 cannot hold (50-60 MB on an H100 or H200), where partly written
-/// sectors cost; a smaller one runs faster in the shifted tiles (u8 3001 x 4097 on an H200:
-/// 0.014 ms shifted, 0.019 in sectors).
+/// The bytes from which a shifted grid of 1- or 2-byte elements across moves in whole
+/// destination sectors (the `t` kernels): a grid the L2 cannot hold (50-60 MB on an H100 or
+/// H200), where partly written sectors cost; a smaller one runs faster in the shifted tiles (u8
+/// 3001 x 4097 on an H200: 0.014 ms shifted, 0.019 in sectors).
 const ACROSS_BYTES: usize = 32 << 20;
 
 /// Whether a grid whose lines start anywhere in a word ([`shifted_words`]) moves in whole
-/// destination sectors (see `copy_grid_1t`): bytes, read along one axis and written along the
-/// other, [`ACROSS_BYTES`] or more.
+/// destination sectors (see `copy_grid_1t`): 1- and 2-byte elements, read along one axis and
+/// written along the other, [`ACROSS_BYTES`] or more, in no more tiles than a launch takes.
 fn across_sectors(g: &RunGrid, elem: usize) -> bool {
-    elem == 1
+    matches!(elem, 1 | 2)
         && along_runs(g.step.0, g.strides.0) != along_runs(g.step.1, g.strides.1)
         && shifted_words(g, elem)
-        && g.rows * g.count * g.batches >= ACROSS_BYTES
+        && g.rows * g.count * g.batches * elem >= ACROSS_BYTES
+        && across_tiles(g, elem).iter().all(|&n| n <= 65535)
+}
+
+/// The tiles of a grid across in whole destination sectors (`copy_grid_<bytes>t`, a block
+/// each): along the source's lines (128 bytes of each), over its bands of lines (256 lines of
+/// bytes, 64 of 2-byte elements, and the 32 bytes' worth of lines before the first band's
+/// sectors), and the grids.
+fn across_tiles(g: &RunGrid, elem: usize) -> [usize; 3] {
+    let (lines, len) = match along_runs(g.step.0, g.strides.0) {
+        true => (g.count, g.rows),
+        false => (g.rows, g.count),
+    };
+    let band = if elem == 1 { 256 } else { 64 };
+    [
+        len.div_ceil(128 / elem),
+        (lines + 32 / elem).div_ceil(band),
+        g.batches,
+    ]
 }
 
 /// Whether a side of a grid (its runs' `step`, their elements' `stride`) is contiguous along
@@ -771,8 +832,9 @@ struct Kernels {
     copy_grid_8w: CudaFunction,
     /// copy_grid_<bytes>s for elements of 1, 2, 4 and 8 bytes: words shifted along each line.
     copy_grid_shifted: [CudaFunction; 4],
-    /// copy_grid_1t: bytes across in whole destination sectors.
-    copy_grid_1t: CudaFunction,
+    /// copy_grid_1t and copy_grid_2t: 1- and 2-byte elements across in whole destination
+    /// sectors.
+    copy_grid_across: [CudaFunction; 2],
     finish: CudaFunction,
     conj_copy: CudaFunction,
     scale_f32: CudaFunction,
@@ -807,7 +869,10 @@ impl Kernels {
                 let grid = |bytes: usize| module.load_function(&format!("copy_grid_{bytes}s"));
                 [grid(1)?, grid(2)?, grid(4)?, grid(8)?]
             },
-            copy_grid_1t: module.load_function("copy_grid_1t")?,
+            copy_grid_across: [
+                module.load_function("copy_grid_1t")?,
+                module.load_function("copy_grid_2t")?,
+            ],
             finish: module.load_function("finish")?,
             conj_copy: module.load_function("conj_copy")?,
             scale_f32: module.load_function("scale_f32")?,
@@ -1169,31 +1234,23 @@ impl<'a> Cuda<'a> {
         self.copy_grid_at(self.st(), ptrs, g, elem)
     }
 
-    /// A grid of bytes across in whole destination sectors (see [`across_sectors`]): blocks
-    /// along x take each source line's 128 bytes, along y bands of 256 lines, along z the grids.
+    /// A grid of 1- or 2-byte elements across in whole destination sectors (see
+    /// [`across_sectors`]), a block a tile ([`across_tiles`]).
     fn copy_across(
         &self,
         stream: &Arc<CudaStream>,
         (src, dst): (u64, u64),
         grid: GridArg,
         g: &RunGrid,
-        load_q: i32,
+        (elem, load_q): (usize, i32),
     ) -> Result<()> {
-        let (lines, len) = match load_q {
-            1 => (g.count, g.rows),
-            _ => (g.rows, g.count),
-        };
-        let blocks = |n: usize| n.clamp(1, 65535) as u32;
+        let [x, y, z] = across_tiles(g, elem).map(|n| n.max(1) as u32);
         let cfg = LaunchConfig {
-            grid_dim: (
-                blocks(len.div_ceil(128)),
-                blocks((lines + 32).div_ceil(256)),
-                blocks(g.batches),
-            ),
+            grid_dim: (x, y, z),
             block_dim: (32, 8, 1),
             shared_mem_bytes: 0,
         };
-        let mut launch = stream.launch_builder(&self.kernels.copy_grid_1t);
+        let mut launch = stream.launch_builder(&self.kernels.copy_grid_across[elem / 2]);
         let unused = 0i32;
         launch
             .arg(&src)
@@ -1239,7 +1296,7 @@ impl<'a> Cuda<'a> {
         let wide = wide_words(g, elem, (src, dst));
         let shifted = !wide && shifted_words(g, elem);
         if shifted && across_sectors(g, elem) {
-            return self.copy_across(stream, (src, dst), grid, g, load_q);
+            return self.copy_across(stream, (src, dst), grid, g, (elem, load_q));
         }
         let pairs = !wide && !shifted && pairs(g, elem);
         let side = 32
@@ -2127,7 +2184,7 @@ impl Backend for Cuda<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Kernels, across_sectors, check, fill, shifted_words, wide_words};
+    use super::{Kernels, across_sectors, across_tiles, check, fill, shifted_words, wide_words};
     use crate::backend::work::{Run, RunGrid};
 
     /// The grid of an R x C matrix from C to F order (one run per column).
@@ -2145,12 +2202,17 @@ mod tests {
     }
 
     #[test]
-    fn only_large_byte_grids_across_move_in_whole_sectors() {
+    fn only_large_grids_of_narrow_elements_across_move_in_whole_sectors() {
         // u8 16385 x 16383 (256 MiB), lines odd on both sides: across.
         assert!(across_sectors(&transpose(16385, 16383, 3), 1));
-        // Under 32 MiB, wider elements, or read and written along the same axis: not.
+        // f16 8191 x 12289 too; under 32 MiB, 4-byte elements, or read and written along the
+        // same axis: not.
+        assert!(across_sectors(&transpose(8191, 12289, 3), 2));
         assert!(!across_sectors(&transpose(3001, 4097, 3), 1));
-        assert!(!across_sectors(&transpose(8191, 12289, 3), 2));
+        assert!(!across_sectors(&transpose(8191, 8193, 3), 4));
+        // A tile a block: 2-byte lines in bands of 64, at most 65535 bands.
+        assert_eq!(across_tiles(&transpose(8191, 12289, 3), 2), [193, 129, 1]);
+        assert!(!across_sectors(&transpose(5_000_000, 7, 3), 2));
         let alongside: Vec<Run> = (0..16383)
             .map(|j| Run {
                 src: 3 + j * 16385,
@@ -2251,7 +2313,7 @@ mod tests {
         let out = String::from_utf8_lossy(&ran.stdout);
         assert!(ran.status.success(), "{out}");
         assert!(
-            out.contains("464 grid copies, 0 elements misplaced"),
+            out.contains("496 grid copies, 0 elements misplaced"),
             "{out}"
         );
     }
