@@ -589,8 +589,9 @@ __device__ __forceinline__ void across_tiles(const unsigned char* s, unsigned ch
     }
 }
 
-// Bytes in bands of 256 lines, 2-byte elements of 64 (the fastest of 64, 128 and 256 lines for
-// each on an H200); registers capped for four and five blocks an SM.
+// Bytes in bands of 256 lines, 2-byte elements of 64 (on an H200 bytes in bands of 128 ran 1.03x
+// slower, 2-byte elements in bands of 128 1.02-1.07x); registers capped for four and five
+// blocks an SM.
 #define COPY_ACROSS(NAME, E, K, LOOP, MINB)                                                      \
     extern "C" __global__ void __launch_bounds__(256 MINB) copy_grid_##NAME##t(                  \
         const Unit<E>::T* src, Unit<E>::T* dst, Grid g, int load_q, int, int, int) {             \
