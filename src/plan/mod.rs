@@ -253,7 +253,7 @@ fn puts_room(loaded: &Loaded, ranks: u64, device: Device) -> memory::PutsRoom {
 
 /// What a rank holds for puts to the end of the run: the symmetric heap as planned (on a CPU,
 /// its tensors as plain buffers); in NCCL windows, the symmetric tensors' window and the
-/// barriers' words' (a word a rank), each in whole granules.
+/// barriers' words', each in whole granules.
 fn resident(plan: &Plan, puts: memory::PutsRoom) -> u64 {
     match puts {
         memory::PutsRoom::Step => {
@@ -261,7 +261,8 @@ fn resident(plan: &Plan, puts: memory::PutsRoom) -> u64 {
                 0 => 0,
                 bytes => memory::window_bytes(bytes),
             };
-            tensors + memory::window_bytes(8 * plan.ranks)
+            let barriers = crate::backend::cuda::window_puts::barrier_bytes(plan.ranks as usize);
+            tensors + memory::window_bytes(barriers as u64)
         }
         _ => plan.symmetric_heap_bytes,
     }

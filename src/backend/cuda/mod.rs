@@ -14,7 +14,7 @@ pub mod nvshmem;
 mod peer_copy;
 pub mod probe;
 mod window;
-mod window_puts;
+pub mod window_puts;
 
 use super::{Backend, Out, Puts, Rows};
 use crate::backend::work::{Addends, Phase, Run, RunGrid, Runs, View};

@@ -50,8 +50,13 @@ pub fn prepare_environment() {
     }
 }
 
+/// Bytes of the barrier window of `ranks` ranks: two 4-byte counts a rank.
+pub fn barrier_bytes(ranks: usize) -> usize {
+    8 * ranks
+}
+
 /// The byte of the barrier window where `rank`'s count of barriers on the main or the side
-/// stream lies (the window holds `8 * ranks` bytes).
+/// stream lies.
 fn barrier_word(rank: usize, side: bool) -> usize {
     4 * (2 * rank + usize::from(side))
 }
@@ -77,7 +82,7 @@ impl WindowPuts {
         let (rank, ranks) = (comm.rank(), comm.size());
         let ctx = stream.context();
         ctx.bind_to_thread()?;
-        let flags = Arc::new(Window::new(nccl, 8 * ranks, ctx)?);
+        let flags = Arc::new(Window::new(nccl, barrier_bytes(ranks), ctx)?);
         let mapped = flags.map_peers(rank, ranks).is_ok();
         let mine = tag(rank);
         // SAFETY: eight bytes of this rank's window from a host value.
@@ -97,7 +102,7 @@ impl WindowPuts {
             return Ok(None);
         }
         // Every peer has read this rank's tag (the all-gather above): the words start at zero.
-        let zeros = vec![0u8; 8 * ranks];
+        let zeros = vec![0u8; barrier_bytes(ranks)];
         // SAFETY: the window's bytes from a host buffer as long.
         unsafe { cuMemcpyHtoD_v2(flags.ptr(), zeros.as_ptr().cast(), zeros.len()) }.result()?;
         comm.barrier()?;
@@ -219,7 +224,11 @@ mod tests {
         let mut words: Vec<usize> = (0..ranks)
             .flat_map(|r| [barrier_word(r, false), barrier_word(r, true)])
             .collect();
-        assert!(words.iter().all(|&w| w % 4 == 0 && w + 4 <= 8 * ranks));
+        assert!(
+            words
+                .iter()
+                .all(|&w| w % 4 == 0 && w + 4 <= barrier_bytes(ranks))
+        );
         words.sort();
         words.dedup();
         assert_eq!(words.len(), 2 * ranks);
