@@ -4,6 +4,7 @@ cupy.ascontiguousarray) on the same array, in the same command; and the GPU's co
 (a contiguous device-to-device copy of the same bytes) as the ceiling.
 
     python bench/gpu/one_gpu_relayout.py [--bin target/release/distrun] [--iterations 20]
+        [--cases f16-8191x12289-C-F u8-2049x1023x255-F-C ...]
 
 distrun is timed as its steps are with `timing = "queued"` (2 warm-up runs, then the
 iterations back to back between one pair of CUDA events, their mean); cupy the same way.
@@ -45,9 +46,26 @@ CASES = {
     "u8-16385x16383-F-C": ("u8", [16385, 16383], "F", "C"),
     "f16-8191x12289-F-C": ("f16", [8191, 12289], "F", "C"),
     "f16-1023x511x257-C-F": ("f16", [1023, 511, 257], "C", "F"),
+    # Large three-axis reversals with few lines or short ones a grid (their grids swept as one).
+    "f16-257x511x1023-C-F": ("f16", [257, 511, 1023], "C", "F"),
+    "u8-129x1023x2049-C-F": ("u8", [129, 1023, 2049], "C", "F"),
+    "u8-2049x1023x129-C-F": ("u8", [2049, 1023, 129], "C", "F"),
+    "u8-333x1001x101-F-C": ("u8", [333, 1001, 101], "F", "C"),
+    # Few long lines to F order (9-17 bands of lines).
+    "f16-1023x131327-C-F": ("f16", [1023, 131327], "C", "F"),
+    "u8-2049x131967-C-F": ("u8", [2049, 131967], "C", "F"),
 }
 CUPY = {"f32": "float32", "f16": "float16", "f64": "float64", "c128": "complex128",
         "c64": "complex64", "u8": "uint8"}
+
+
+def case(name):
+    """A case by its name: one of CASES, or any `dtype-AxBxC-FROM-TO` (such as
+    `f16-1023x511x257-F-C`)."""
+    if name in CASES:
+        return CASES[name]
+    dtype, dims, src, dst = name.split("-")
+    return dtype, [int(n) for n in dims.split("x")], src, dst
 
 
 def random_bytes(shape):
@@ -93,7 +111,7 @@ def main():
     a = arguments(CASES).parse_args()
     print(f"{'case':<22} {'distrun ms':>10} {'check':>6} {'cupy ms':>8} {'speed':>6} {'of copy bw':>10}")
     for name in a.cases:
-        dtype, shape, src, dst = CASES[name]
+        dtype, shape, src, dst = case(name)
         step, err = first_step(a.bin, spec(dtype, shape, src, dst, a.iterations))
         t = step and step["time_s"]["median"]
         passed = step and step["check"]["passed"]

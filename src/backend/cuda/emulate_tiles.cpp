@@ -53,6 +53,7 @@ inline unsigned int shuffle(unsigned int v, int delta) {
 }
 inline unsigned int __shfl_down_sync(unsigned int, unsigned int v, unsigned int d) { return shuffle(v, (int)d); }
 inline unsigned int __shfl_up_sync(unsigned int, unsigned int v, unsigned int d) { return shuffle(v, -(int)d); }
+inline unsigned int __umulhi(unsigned int a, unsigned int b) { return (unsigned int)((unsigned long long)a * b >> 32); }
 // The low (right) or high (left) 32 bits of hi:lo shifted by `shift` mod 32.
 inline unsigned int __funnelshift_r(unsigned int lo, unsigned int hi, unsigned int shift) {
     return (unsigned int)(((unsigned long long)hi << 32 | lo) >> (shift & 31));
@@ -88,6 +89,49 @@ static void launch(D3 grid, const std::function<void()>& kernel) {
 
 template <typename E>
 using Kernel = void (*)(const E*, E*, Grid, int, int, int, int);
+template <typename E>
+using AcrossKernel = void (*)(const E*, E*, Grid, Sweep, int);
+
+// The host's sweep of a grid across (src/backend/cuda/across.rs): the source's `lines` of `len`
+// elements in each of `batches` grids, folded as `fold` says (0 not, 1 the lines, 2 their
+// elements) and in strips of `strip` tiles; the blocks it launches in `blocks`.
+template <typename E>
+static Sweep sweep(const Grid& g, int load_q, int fold, unsigned long long strip, D3& blocks) {
+    const unsigned long long lines = load_q ? g.count : g.rows, len = load_q ? g.rows : g.count;
+    const unsigned long long ps = load_q ? g.stride_s : g.step_s, pd = load_q ? g.step_d : g.stride_d;
+    Sweep s{fold == 1 ? lines * g.batches : lines, fold == 2 ? len * g.batches : len, fold ? 1 : g.batches};
+    const unsigned long long per = fold == 1 ? lines : len, outer = fold == 1 ? g.outer_s : g.outer_d;
+    if (fold) {
+        const unsigned long long shift = 64 - __builtin_clzll(per - 1) - 1;
+        s.per = per, s.mul = ((1ull << (32 + shift)) + per - 1) / per, s.shift = shift;
+        s.jump = ((long long)outer - (long long)(per * (fold == 1 ? ps : pd))) * (long long)sizeof(E);
+    }
+    s.strip = strip;
+    const unsigned long long side = 128 / sizeof(E), band = sizeof(E) == 1 ? 256 : 64;
+    blocks = {(unsigned)((s.len + side - 1) / side), (unsigned)((s.lines + 32 / sizeof(E) + band - 1) / band),
+              (unsigned)s.batches};
+    return s;
+}
+
+// The elements of `batches` grids `g` misplaced in `dst` (copied from `src`), and those written
+// outside them (`dst` was all 0xa5 bytes).
+template <typename E>
+static int misplaced(const Grid& g, const E* src, const E* dst, size_t n_d) {
+    std::vector<char> in_grid(n_d, 0);
+    int bad = 0;
+    for (unsigned long long p = 0; p < g.batches; p++)
+        for (unsigned long long q = 0; q < g.rows; q++)
+            for (unsigned long long i = 0; i < g.count; i++) {
+                size_t s = g.start_s + p * g.outer_s + q * g.step_s + i * g.stride_s;
+                size_t d = g.start_d + p * g.outer_d + q * g.step_d + i * g.stride_d;
+                in_grid[d] = 1;
+                bad += std::memcmp(&dst[d], &src[s], sizeof(E)) != 0;
+            }
+    E untouched;
+    std::memset(&untouched, 0xa5, sizeof(E));
+    for (size_t d = 0; d < n_d; d++) bad += !in_grid[d] && std::memcmp(&dst[d], &untouched, sizeof(E)) != 0;
+    return bad;
+}
 
 // Element k's value, distinct in every byte of every element that matters.
 template <typename E>
@@ -104,10 +148,10 @@ static E value(size_t k) {
 // their whole words and start on words, as the host takes wide ones; `shifted`, every line has
 // an odd length (each side's its own) and the grids start at odd elements, so that lines start
 // at every place in a word.
-template <typename E>
-static int check(const char* name, Kernel<E> kernel, unsigned side, int wide, int pairs, unsigned long long rows,
+template <typename E, typename... A>
+static int check(const char* name, void (*kernel)(const E*, E*, Grid, A...), unsigned side, int wide, int pairs, unsigned long long rows,
                  unsigned long long count, int load_q, int store_q, unsigned long long batches, bool shifted,
-                 unsigned band = 0) {
+                 unsigned long long strip = 0) {
     Grid g{};
     g.batches = batches;
     g.rows = rows;
@@ -131,26 +175,17 @@ static int check(const char* name, Kernel<E> kernel, unsigned side, int wide, in
     E* dst = (E*)std::aligned_alloc(64, (n_d * sizeof(E) + 63) / 64 * 64);
     for (size_t k = 0; k < n_s; k++) src[k] = value<E>(k);
     std::memset(dst, 0xa5, n_d * sizeof(E));
-    std::vector<char> in_grid(n_d, 0);
     auto tiles = [side](unsigned long long m) { return (unsigned)((m + side - 1) / side); };
-    // The kernels across in whole sectors take a block a tile: along the source's lines (`side`
-    // elements of each), and over bands of `band` lines and the 32 bytes' worth before them.
-    const unsigned long long lines = load_q ? count : rows, len = load_q ? rows : count;
-    const D3 blocks = band ? D3{tiles(len), (unsigned)((lines + 32 / sizeof(E) + band - 1) / band), (unsigned)batches}
-                           : D3{tiles(rows), tiles(count), (unsigned)batches};
-    launch(blocks, [&] { kernel(src, dst, g, load_q, store_q, wide, pairs); });
-    int bad = 0;
-    for (unsigned long long p = 0; p < batches; p++)
-        for (unsigned long long q = 0; q < rows; q++)
-            for (unsigned long long i = 0; i < count; i++) {
-                size_t s = g.start_s + p * g.outer_s + q * g.step_s + i * g.stride_s;
-                size_t d = g.start_d + p * g.outer_d + q * g.step_d + i * g.stride_d;
-                in_grid[d] = 1;
-                bad += std::memcmp(&dst[d], &src[s], sizeof(E)) != 0;
-            }
-    E untouched;
-    std::memset(&untouched, 0xa5, sizeof(E));
-    for (size_t d = 0; d < n_d; d++) bad += !in_grid[d] && std::memcmp(&dst[d], &untouched, sizeof(E)) != 0;
+    // The kernels across in whole sectors take a block a tile, as the host sweeps the grids
+    // (here launched apart).
+    if constexpr (sizeof...(A) == 2) {
+        D3 blocks;
+        const Sweep sw = sweep<E>(g, load_q, 0, strip, blocks);
+        launch(blocks, [&] { kernel(src, dst, g, sw, load_q); });
+    } else {
+        launch({tiles(rows), tiles(count), (unsigned)batches}, [&] { kernel(src, dst, g, load_q, store_q, wide, pairs); });
+    }
+    const int bad = misplaced(g, src, dst, n_d);
     if (bad)
         std::printf("%s (tiles of %u, wide %d, pairs %d): %llu x %llu, %llu grids, read along %s, written along %s: "
                     "%d misplaced\n",
@@ -158,6 +193,35 @@ static int check(const char* name, Kernel<E> kernel, unsigned side, int wide, in
                     store_q ? "runs" : "elements", bad);
     std::free(src);
     std::free(dst);
+    return bad;
+}
+
+// Copies an [I, J, K] tensor from C to F order (from element 3 of one buffer to element 5 of
+// another) with an across kernel, its grids swept as `fold` says (the lines of the J grids
+// following one another, or their elements) in strips of `strip` tiles; returns the misplaced
+// elements. Read along the runs where `load_q`: runs along I (the destination's lines), else
+// along K (the source's).
+template <typename E>
+static int check_reversal(const char* name, const AcrossKernel<E> (&kernels)[3], unsigned long long I,
+                          unsigned long long J, unsigned long long K, int load_q, int fold, unsigned long long strip) {
+    const AcrossKernel<E> kernel = kernels[fold];
+    Grid g{};
+    g.start_s = 3;
+    g.start_d = 5;
+    g.batches = J, g.outer_s = K, g.outer_d = I;
+    if (load_q) g.rows = K, g.step_s = 1, g.step_d = I * J, g.count = I, g.stride_s = J * K, g.stride_d = 1;
+    else g.rows = I, g.step_s = J * K, g.step_d = 1, g.count = K, g.stride_s = 1, g.stride_d = I * J;
+    const size_t n = I * J * K, n_s = g.start_s + n, n_d = g.start_d + n + 4;
+    std::vector<E> src(n_s), dst(n_d);
+    for (size_t k = 0; k < n_s; k++) src[k] = value<E>(k);
+    std::memset(dst.data(), 0xa5, n_d * sizeof(E));
+    D3 blocks;
+    const Sweep sw = sweep<E>(g, load_q, fold, strip, blocks);
+    launch(blocks, [&] { kernel(src.data(), dst.data(), g, sw, load_q); });
+    const int bad = misplaced(g, src.data(), dst.data(), n_d);
+    if (bad)
+        std::printf("%s: [%llu, %llu, %llu] to F order, read along %s, fold %d, strips of %llu: %d misplaced\n", name, I,
+                    J, K, load_q ? "runs" : "elements", fold, strip, bad);
     return bad;
 }
 
@@ -199,8 +263,8 @@ int main() {
                     shifted("copy_grid_4s", copy_grid_4s, 64);
                     shifted("copy_grid_8s", copy_grid_8s, 64);
                     if (store != load_q) {
-                        bad += check("copy_grid_1t", copy_grid_1t, 128, 0, 0, rows, count, load_q, store, batches, true, 256);
-                        bad += check("copy_grid_2t", copy_grid_2t, 64, 0, 0, rows, count, load_q, store, batches, true, 64);
+                        bad += check("copy_grid_1t", copy_grid_1t, 128, 0, 0, rows, count, load_q, store, batches, true);
+                        bad += check("copy_grid_2t", copy_grid_2t, 64, 0, 0, rows, count, load_q, store, batches, true);
                         runs += 2;
                     }
                 }
@@ -211,10 +275,25 @@ int main() {
     for (auto& shape : large)
         for (int load_q = 0; load_q < 2; load_q++)
             for (unsigned long long batches : {1ull, 2ull}) {
-                bad += check("copy_grid_1t", copy_grid_1t, 128, 0, 0, shape[0], shape[1], load_q, !load_q, batches, true, 256);
-                bad += check("copy_grid_2t", copy_grid_2t, 64, 0, 0, shape[0], shape[1], load_q, !load_q, batches, true, 64);
-                runs += 2;
+                for (unsigned long long strip : {0ull, 2ull}) {
+                    bad += check("copy_grid_1t", copy_grid_1t, 128, 0, 0, shape[0], shape[1], load_q, !load_q, batches, true, strip);
+                    bad += check("copy_grid_2t", copy_grid_2t, 64, 0, 0, shape[0], shape[1], load_q, !load_q, batches, true, strip);
+                    runs += 2;
+                }
             }
+    // Three-axis reversals, their grids swept apart and folded either way (few lines, short
+    // lines, bands and tiles across grids), in strips too.
+    const unsigned long long cubes[][3] = {{37, 5, 301}, {301, 7, 37}, {130, 5, 131}, {131, 4, 300}, {3, 40, 5}};
+    for (auto& c : cubes)
+        for (int load_q = 0; load_q < 2; load_q++)
+            for (int fold = 0; fold < 3; fold++)
+                for (unsigned long long strip : {0ull, 3ull}) {
+                    const AcrossKernel<unsigned char> bytes[3] = {copy_grid_1t, copy_grid_1tr, copy_grid_1tc};
+                    const AcrossKernel<unsigned short> halves[3] = {copy_grid_2t, copy_grid_2tr, copy_grid_2tc};
+                    bad += check_reversal<unsigned char>("copy_grid_1t", bytes, c[0], c[1], c[2], load_q, fold, strip);
+                    bad += check_reversal<unsigned short>("copy_grid_2t", halves, c[0], c[1], c[2], load_q, fold, strip);
+                    runs += 2;
+                }
     std::printf("%d grid copies, %d elements misplaced\n", runs, bad);
     return bad != 0;
 }

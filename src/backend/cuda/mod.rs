@@ -4,6 +4,7 @@
 //! NVRTC kernel, all loaded at run time through cudarc, so the binary builds and runs without
 //! CUDA (cuBLAS and cuFFT are loaded only by a run that needs them).
 
+mod across;
 mod blas;
 mod check;
 pub mod devmap;
@@ -24,6 +25,7 @@ use crate::runtime::comm::{Group, Parts};
 use crate::spec::model::DeviceMap;
 use crate::spec::step::{Epilog, ReduceOp};
 use crate::spec::tensor::DType;
+use across::Sweep;
 use anyhow::{Context as _, Result, anyhow, bail};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig,
@@ -439,15 +441,41 @@ COPY_SHIFTED(8, unsigned long long, uint4, 2, )
 // stores meet every bank once), in PASSES passes; then each destination word is two tile words
 // funnel-shifted to where its sector puts its rows. Inner tiles check no bounds; at a grid's
 // edges, elements outside the lines stay unread and unwritten.
+// A batch of grids may be swept as one (the host's `Sweep`, FOLD): where each grid's
+// destination lines continue the last's (a three-axis reversal read along its last axis and
+// written along its first, say), its lines follow one another as one grid's (FOLD_ROWS); where
+// its source lines continue the last's, their elements do (FOLD_COLS). Few lines (129) or short
+// ones (257 elements) then fill whole bands and tiles. Line t of the rows swept then starts
+// t / per grids on, each grid `jump` bytes further than its lines' steps reach (column c's
+// destination line likewise): the quotient of an index below 2^31 by a multiply-high and a
+// shift (the host's `divider`).
+enum { UNFOLDED = 0, FOLD_ROWS = 1, FOLD_COLS = 2 };
+
+// What the host makes of a grid for these kernels: the source's lines and their length as swept,
+// the grids launched apart (1 where folded), the fold's lines a grid (or their length), divider
+// and jump, and the tiles along a line a strip of blocks takes before the next band (0: a whole
+// band of tiles first).
+struct Sweep {
+    unsigned long long lines, len, batches, per, mul, shift;
+    long long jump;
+    unsigned long long strip;
+};
+
 struct Lines {
     unsigned long long src, dst;  // byte addresses of line 0's first element on each side
     long long lines, len, ps, pd;  // source lines, their length, and each side's line step
+    unsigned int mul, shift;       // the fold's divider
+    long long jump;                // and its jump in bytes
+    // The fold's jumps before index i.
+    __device__ __forceinline__ long long jumps(long long i) const {
+        return (long long)(__umulhi((unsigned int)i, mul) >> shift) * jump;
+    }
 };
 
 template <int E> struct Unit { typedef unsigned char T; };
 template <> struct Unit<2> { typedef unsigned short T; };
 
-template <int E, int K>
+template <int E, int K, int FOLD>
 struct Across {
     typedef unsigned long long u64;
     typedef typename Unit<E>::T T;
@@ -474,7 +502,8 @@ struct Across {
 #pragma unroll
                 for (int v = 0; v < V; v++) {
                     const int k = V * WARPS * (g + PER * pass) + v;
-                    const u64 from = first + (u64)(k * step);
+                    u64 from = first + (u64)(k * step);
+                    if constexpr (FOLD == FOLD_ROWS) from += a.jumps(t_first + k);
                     const u64 p0 = (from & ~3ull) + 4 * l, p1 = p0 + 4;
                     sh[g][v] = (unsigned int)(from & 3) * 8;
                     if constexpr (EDGE) {
@@ -519,7 +548,8 @@ struct Across {
         for (int i = 0; i < CB / WARPS; i++) {
             const unsigned int x = w + WARPS * i;
             if (EDGE && c0 + x >= a.len) continue;
-            const u64 seg = first + (u64)(WARPS * i * step);
+            u64 seg = first + (u64)(WARPS * i * step);
+            if constexpr (FOLD == FOLD_COLS) seg += a.jumps(c0 + x);
             const int phi = (int)((seg & 31) / E);
 #pragma unroll
             for (int h = 0; h < K; h++) {
@@ -543,17 +573,18 @@ struct Across {
 };
 
 // One tile: (bx, by) of grid p.
-template <int E, int K>
+template <int E, int K, int FOLD>
 __device__ __forceinline__ void across_tile(const unsigned char* s, unsigned char* d, const Grid& g,
-                                            int load_q, unsigned int* sm, unsigned long long p,
-                                            long long by, long long bx) {
-    typedef Across<E, K> A;
-    // The source's lines run along a run's elements (load_q) or along the runs.
-    const long long lines = load_q ? g.count : g.rows, len = load_q ? g.rows : g.count;
+                                            const Sweep& sw, int load_q, unsigned int* sm,
+                                            unsigned long long p, long long by, long long bx) {
+    typedef Across<E, K, FOLD> A;
+    // The source's lines run along the runs (load_q) or along a run's elements.
     const long long ps = load_q ? g.stride_s : g.step_s, pd = load_q ? g.step_d : g.stride_d;
     const A t{by * A::RB, bx * A::CB};
     const Lines a{(unsigned long long)(s + (g.start_s + p * g.outer_s) * E),
-                  (unsigned long long)(d + (g.start_d + p * g.outer_d) * E), lines, len, ps, pd};
+                  (unsigned long long)(d + (g.start_d + p * g.outer_d) * E),
+                  (long long)sw.lines, (long long)sw.len, ps, pd, (unsigned int)sw.mul,
+                  (unsigned int)sw.shift, sw.jump};
     const unsigned int w = threadIdx.y, l = threadIdx.x;
     if (t.inner(a)) {
         t.template load<false>(a, sm, w, l);
@@ -566,40 +597,63 @@ __device__ __forceinline__ void across_tile(const unsigned char* s, unsigned cha
     }
 }
 
+// Tile (bx, by) of a grid's `tiles` x `bands` in strips of `strip` tiles along the lines, each
+// strip's bands in turn (the blocks' order as launched: bx first, then by): where a grid has
+// few bands, the blocks on the GPU at once then write more of each destination line than one
+// band's 128 bytes (f16 1023 x 131327 to F order, 17 bands, on an H200: 0.239 -> 0.195 ms).
+__device__ __forceinline__ void strip_order(long long& by, long long& bx, long long bands,
+                                            long long tiles, long long strip) {
+    if (strip == 0 || strip >= tiles) return;
+    const long long k = bx + tiles * by, per = strip * bands;
+    const long long first = k / per * strip, in = k % per;
+    const long long wide = strip < tiles - first ? strip : tiles - first;
+    by = in / wide;
+    bx = first + in % wide;
+}
+
 // The host launches a block a tile (x along the source's lines, y over their bands, z the
 // grids). 2-byte elements take the block's own tile: looping over tiles in a block ran 1.13x
 // slower on an H200. Bytes loop (over the one tile a launch gives each block), as measured:
 // taking the tile alone, their kernel spills 80 bytes of registers at four blocks an SM (not yet
 // run on a GPU).
-template <int E, int K, bool LOOP>
+template <int E, int K, int FOLD, bool LOOP>
 __device__ __forceinline__ void across_tiles(const unsigned char* s, unsigned char* d, const Grid& g,
-                                             int load_q, unsigned int* sm) {
-    typedef Across<E, K> A;
-    const long long lines = load_q ? g.count : g.rows, len = load_q ? g.rows : g.count;
+                                             const Sweep& sw, int load_q, unsigned int* sm) {
+    typedef Across<E, K, FOLD> A;
+    const long long lines = sw.lines, len = sw.len, strip = sw.strip;
     const long long bands = (lines + A::HALO + A::RB - 1) / A::RB, tiles = (len + A::CB - 1) / A::CB;
     if constexpr (LOOP) {
-        for (unsigned long long p = blockIdx.z; p < g.batches; p += gridDim.z)
-        for (long long by = blockIdx.y; by < bands; by += gridDim.y)
-        for (long long bx = blockIdx.x; bx < tiles; bx += gridDim.x) {
-            across_tile<E, K>(s, d, g, load_q, sm, p, by, bx);
+        for (unsigned long long p = blockIdx.z; p < sw.batches; p += gridDim.z)
+        for (long long y = blockIdx.y; y < bands; y += gridDim.y)
+        for (long long x = blockIdx.x; x < tiles; x += gridDim.x) {
+            long long by = y, bx = x;
+            strip_order(by, bx, bands, tiles, strip);
+            across_tile<E, K, FOLD>(s, d, g, sw, load_q, sm, p, by, bx);
             __syncthreads();
         }
-    } else if (blockIdx.z < g.batches && blockIdx.y < bands && blockIdx.x < tiles) {
-        across_tile<E, K>(s, d, g, load_q, sm, blockIdx.z, blockIdx.y, blockIdx.x);
+    } else if (blockIdx.z < sw.batches && blockIdx.y < bands && blockIdx.x < tiles) {
+        long long by = blockIdx.y, bx = blockIdx.x;
+        strip_order(by, bx, bands, tiles, strip);
+        across_tile<E, K, FOLD>(s, d, g, sw, load_q, sm, blockIdx.z, by, bx);
     }
 }
 
 // Bytes in bands of 256 lines, 2-byte elements of 64 (on an H200 bytes in bands of 128 ran 1.03x
 // slower, 2-byte elements in bands of 128 1.02-1.07x); registers capped for four and five
-// blocks an SM.
-#define COPY_ACROSS(NAME, E, K, LOOP, MINB)                                                      \
-    extern "C" __global__ void __launch_bounds__(256 MINB) copy_grid_##NAME##t(                  \
-        const Unit<E>::T* src, Unit<E>::T* dst, Grid g, int load_q, int, int, int) {             \
-        __shared__ unsigned int sm[Across<E, K>::WORDS];                                         \
-        across_tiles<E, K, LOOP>((const unsigned char*)src, (unsigned char*)dst, g, load_q, sm); \
+// blocks an SM. Each unfolded (copy_grid_<bytes>t), its rows folded (tr) or its columns (tc).
+#define COPY_ACROSS(NAME, E, K, FOLD, LOOP, MINB)                                                \
+    extern "C" __global__ void __launch_bounds__(256 MINB) copy_grid_##NAME(                     \
+        const Unit<E>::T* src, Unit<E>::T* dst, Grid g, Sweep sw, int load_q) {                  \
+        __shared__ unsigned int sm[Across<E, K, FOLD>::WORDS];                                   \
+        across_tiles<E, K, FOLD, LOOP>((const unsigned char*)src, (unsigned char*)dst, g, sw,    \
+                                       load_q, sm);                                              \
     }
-COPY_ACROSS(1, 1, 2, true, COMMA 4)
-COPY_ACROSS(2, 2, 1, false, COMMA 5)
+COPY_ACROSS(1t, 1, 2, UNFOLDED, true, COMMA 4)
+COPY_ACROSS(1tr, 1, 2, FOLD_ROWS, true, COMMA 4)
+COPY_ACROSS(1tc, 1, 2, FOLD_COLS, true, COMMA 4)
+COPY_ACROSS(2t, 2, 1, UNFOLDED, false, COMMA 5)
+COPY_ACROSS(2tr, 2, 1, FOLD_ROWS, false, COMMA 5)
+COPY_ACROSS(2tc, 2, 1, FOLD_COLS, false, COMMA 5)
 
 // The product over `ranks` gathered arrays of n complex values (float2 or double2), elements
 // first..first + count, in rank order, in double precision.
@@ -681,40 +735,6 @@ fn lines(step: usize, stride: usize) -> Option<usize> {
         (s, 1) => Some(s),
         _ => None,
     }
-}
-
-/// The bytes from which a shifted grid of 1- or 2-byte elements across moves in whole
-/// destination sectors (the `t` kernels): a grid the L2 cannot hold (50-60 MB on an H100 or
-/// H200), where partly written sectors cost; a smaller one runs faster in the shifted tiles (u8
-/// 3001 x 4097 on an H200: 0.014 ms shifted, 0.019 in sectors).
-const ACROSS_BYTES: usize = 32 << 20;
-
-/// Whether a grid whose lines start anywhere in a word ([`shifted_words`]) moves in whole
-/// destination sectors (see `copy_grid_1t`): 1- and 2-byte elements, read along one axis and
-/// written along the other, [`ACROSS_BYTES`] or more, in no more tiles than a launch takes.
-fn across_sectors(g: &RunGrid, elem: usize) -> bool {
-    matches!(elem, 1 | 2)
-        && along_runs(g.step.0, g.strides.0) != along_runs(g.step.1, g.strides.1)
-        && shifted_words(g, elem)
-        && g.rows * g.count * g.batches * elem >= ACROSS_BYTES
-        && across_tiles(g, elem).iter().all(|&n| n <= 65535)
-}
-
-/// The tiles of a grid across in whole destination sectors (`copy_grid_<bytes>t`, a block
-/// each): along the source's lines (128 bytes of each), over its bands of lines (256 lines of
-/// bytes, 64 of 2-byte elements, and the 32 bytes' worth of lines before the first band's
-/// sectors), and the grids.
-fn across_tiles(g: &RunGrid, elem: usize) -> [usize; 3] {
-    let (lines, len) = match along_runs(g.step.0, g.strides.0) {
-        true => (g.count, g.rows),
-        false => (g.rows, g.count),
-    };
-    let band = if elem == 1 { 256 } else { 64 };
-    [
-        len.div_ceil(128 / elem),
-        (lines + 32 / elem).div_ceil(band),
-        g.batches,
-    ]
 }
 
 /// Whether a side of a grid (its runs' `step`, their elements' `stride`) is contiguous along
@@ -834,8 +854,8 @@ struct Kernels {
     /// copy_grid_<bytes>s for elements of 1, 2, 4 and 8 bytes: words shifted along each line.
     copy_grid_shifted: [CudaFunction; 4],
     /// copy_grid_1t and copy_grid_2t: 1- and 2-byte elements across in whole destination
-    /// sectors.
-    copy_grid_across: [CudaFunction; 2],
+    /// sectors, each unfolded, its rows folded and its columns (`tr`, `tc`; see [`Sweep`]).
+    copy_grid_across: [[CudaFunction; 3]; 2],
     finish: CudaFunction,
     conj_copy: CudaFunction,
     scale_f32: CudaFunction,
@@ -870,10 +890,14 @@ impl Kernels {
                 let grid = |bytes: usize| module.load_function(&format!("copy_grid_{bytes}s"));
                 [grid(1)?, grid(2)?, grid(4)?, grid(8)?]
             },
-            copy_grid_across: [
-                module.load_function("copy_grid_1t")?,
-                module.load_function("copy_grid_2t")?,
-            ],
+            copy_grid_across: {
+                let across = |bytes: usize| -> Result<[CudaFunction; 3]> {
+                    let load =
+                        |fold: &str| module.load_function(&format!("copy_grid_{bytes}t{fold}"));
+                    Ok([load("")?, load("r")?, load("c")?])
+                };
+                [across(1)?, across(2)?]
+            },
             finish: module.load_function("finish")?,
             conj_copy: module.load_function("conj_copy")?,
             scale_f32: module.load_function("scale_f32")?,
@@ -1235,32 +1259,26 @@ impl<'a> Cuda<'a> {
         self.copy_grid_at(self.st(), ptrs, g, elem)
     }
 
-    /// A grid of 1- or 2-byte elements across in whole destination sectors (see
-    /// [`across_sectors`]), a block a tile ([`across_tiles`]).
+    /// A grid of 1- or 2-byte elements across in whole destination sectors, as `sweep` takes
+    /// it (see [`Sweep`]), a block a tile.
     fn copy_across(
         &self,
         stream: &Arc<CudaStream>,
         (src, dst): (u64, u64),
         grid: GridArg,
-        g: &RunGrid,
+        sweep: &Sweep,
         (elem, load_q): (usize, i32),
     ) -> Result<()> {
-        let [x, y, z] = across_tiles(g, elem).map(|n| n.max(1) as u32);
+        let [x, y, z] = sweep.blocks().map(|n| n.max(1) as u32);
         let cfg = LaunchConfig {
             grid_dim: (x, y, z),
             block_dim: (32, 8, 1),
             shared_mem_bytes: 0,
         };
-        let mut launch = stream.launch_builder(&self.kernels.copy_grid_across[elem / 2]);
-        let unused = 0i32;
-        launch
-            .arg(&src)
-            .arg(&dst)
-            .arg(&grid)
-            .arg(&load_q)
-            .arg(&unused)
-            .arg(&unused)
-            .arg(&unused);
+        let arg = sweep.arg();
+        let kernel = &self.kernels.copy_grid_across[elem / 2][sweep.fold() as usize];
+        let mut launch = stream.launch_builder(kernel);
+        launch.arg(&src).arg(&dst).arg(&grid).arg(&arg).arg(&load_q);
         // SAFETY: the grid's runs stay inside both buffers (their callers size them).
         unsafe { launch.launch(cfg) }?;
         Ok(())
@@ -1296,8 +1314,8 @@ impl<'a> Cuda<'a> {
         let store_q = i32::from(along_runs(g.step.1, g.strides.1));
         let wide = wide_words(g, elem, (src, dst));
         let shifted = !wide && shifted_words(g, elem);
-        if shifted && across_sectors(g, elem) {
-            return self.copy_across(stream, (src, dst), grid, g, (elem, load_q));
+        if shifted && let Some(sweep) = Sweep::of(g, elem) {
+            return self.copy_across(stream, (src, dst), grid, &sweep, (elem, load_q));
         }
         let pairs = !wide && !shifted && pairs(g, elem);
         let side = 32
@@ -2185,11 +2203,11 @@ impl Backend for Cuda<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Kernels, across_sectors, across_tiles, check, fill, shifted_words, wide_words};
+    use super::{Kernels, check, fill, shifted_words, wide_words};
     use crate::backend::work::{Run, RunGrid};
 
     /// The grid of an R x C matrix from C to F order (one run per column).
-    fn transpose(rows: usize, cols: usize, start: usize) -> RunGrid {
+    pub(super) fn transpose(rows: usize, cols: usize, start: usize) -> RunGrid {
         let runs: Vec<Run> = (0..cols)
             .map(|j| Run {
                 src: start + j,
@@ -2200,32 +2218,6 @@ mod tests {
             })
             .collect();
         RunGrid::of(&runs).expect("a grid")
-    }
-
-    #[test]
-    fn only_large_grids_of_narrow_elements_across_move_in_whole_sectors() {
-        // u8 16385 x 16383 (256 MiB), lines odd on both sides: across.
-        assert!(across_sectors(&transpose(16385, 16383, 3), 1));
-        // f16 8191 x 12289 too; under 32 MiB, 4-byte elements, or read and written along the
-        // same axis: not.
-        assert!(across_sectors(&transpose(8191, 12289, 3), 2));
-        assert!(!across_sectors(&transpose(3001, 4097, 3), 1));
-        assert!(!across_sectors(&transpose(8191, 8193, 3), 4));
-        // A tile a block: 2-byte lines in bands of 64, at most 65535 bands.
-        assert_eq!(across_tiles(&transpose(8191, 12289, 3), 2), [193, 129, 1]);
-        assert!(!across_sectors(&transpose(5_000_000, 7, 3), 2));
-        let alongside: Vec<Run> = (0..16383)
-            .map(|j| Run {
-                src: 3 + j * 16385,
-                dst: j * 16387,
-                count: 16385,
-                src_stride: 1,
-                dst_stride: 1,
-            })
-            .collect();
-        let alongside = RunGrid::of(&alongside).expect("a grid");
-        assert!(shifted_words(&alongside, 1));
-        assert!(!across_sectors(&alongside, 1));
     }
 
     #[test]
@@ -2314,7 +2306,7 @@ mod tests {
         let out = String::from_utf8_lossy(&ran.stdout);
         assert!(ran.status.success(), "{out}");
         assert!(
-            out.contains("496 grid copies, 0 elements misplaced"),
+            out.contains("632 grid copies, 0 elements misplaced"),
             "{out}"
         );
     }
