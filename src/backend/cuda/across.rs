@@ -1,9 +1,9 @@
-//! Grids of 1- and 2-byte elements moved across in whole destination sectors (the kernels
-//! `copy_grid_1t` and `copy_grid_2t`): which grids take them, how a batch of grids is swept
-//! (as one grid where each grid's lines, or their elements, continue the last's), and the
-//! blocks a launch takes.
+//! Grids moved across in whole destination sectors (the kernels `copy_grid_1t`, `copy_grid_2t`
+//! and, folded, `copy_grid_4tr` and `4tc`): which grids take them, how a batch of grids is
+//! swept (as one grid where each grid's lines, or their elements, continue the last's), and
+//! the blocks a launch takes.
 
-use super::{along_runs, shifted_words};
+use super::{along_runs, shifted_words, word_elements};
 use crate::backend::work::RunGrid;
 
 /// The bytes from which a shifted grid of 1- or 2-byte elements across moves in whole
@@ -20,6 +20,13 @@ const FEW_BANDS: usize = 32;
 
 /// The tiles along the lines of a strip (see [`FEW_BANDS`]).
 const STRIP: usize = 16;
+
+/// The share of a grid the other kernels' tiles (32 words square: 64 4-byte elements, 128 of 1
+/// or 2 bytes) must hold for them to keep it where these kernels could fold it. On an H200, to F
+/// order: f32 [7, 2049, 4097] (tiles 11% full) 0.843 -> 0.170 ms folded, [16, 1024, 2048] (25%)
+/// 0.175 -> 0.096, u8 [8, 2048, 4096] in words (6%) 0.625 -> 0.049; but f32 [129, 1023, 1025]
+/// (63%) 0.394 -> 0.397 and [1025, 1023, 129] 0.386 -> 0.444.
+const FILLED: f64 = 0.5;
 
 /// Which of a grid's axes a batch of grids continues, swept as one grid (the kernels' FOLD, and
 /// the index of their kernel: `copy_grid_<bytes>t`, `tr`, `tc`).
@@ -50,13 +57,20 @@ pub(super) struct Sweep {
 }
 
 impl Sweep {
-    /// How `g` moves across in whole destination sectors, where it does: 1- and 2-byte
-    /// elements whose lines start anywhere in a word ([`shifted_words`]), read along one axis
-    /// and written along the other, [`ACROSS_BYTES`] or more; folded where that takes fewer
-    /// blocks, within what a launch takes (65535 a dimension).
-    pub(super) fn of(g: &RunGrid, elem: usize) -> Option<Sweep> {
+    /// How `g` moves across in whole destination sectors, where it does: grids of 1-, 2- or
+    /// 4-byte elements read along one axis and written along the other, [`ACROSS_BYTES`] or
+    /// more, whose lines start anywhere in a word (not `wide`, [`super::wide_words`]; 1- and
+    /// 2-byte elements) or whose grids the other kernels' tiles would leave mostly empty (less
+    /// than [`FILLED`] held; then only folded). Folded where that takes fewer blocks, within
+    /// what a launch takes (65535 a dimension).
+    pub(super) fn of(g: &RunGrid, elem: usize, wide: bool) -> Option<Sweep> {
         let load_q = along_runs(g.step.0, g.strides.0);
-        if !matches!(elem, 1 | 2)
+        let side = 32 * word_elements(elem)?;
+        let filled = |n: usize| n as f64 / n.next_multiple_of(side) as f64;
+        let sparse = filled(g.rows) * filled(g.count) < FILLED;
+        let apart_too = matches!(elem, 1 | 2) && !wide;
+        if !matches!(elem, 1 | 2 | 4)
+            || !(apart_too || sparse)
             || load_q == along_runs(g.step.1, g.strides.1)
             || !shifted_words(g, elem)
             || g.rows * g.count * g.batches * elem < ACROSS_BYTES
@@ -96,6 +110,7 @@ impl Sweep {
         .map(|(fold, _)| sweep(fold))
         .filter(|s| s.blocks().iter().all(|&n| n <= 65535))
         .filter(|s| s.fold != Fold::Cols || 4 * cost(s) <= 3 * apart)
+        .filter(|s| apart_too || s.fold != Fold::None)
         .min_by_key(cost)
     }
 
@@ -109,7 +124,7 @@ impl Sweep {
     }
 
     /// The blocks of a launch, a tile each: along the source's lines (128 bytes of each), over
-    /// its bands of lines (256 lines of bytes, 64 of 2-byte elements, and the 32 bytes' worth of
+    /// its bands of lines (256 lines of bytes, 64 of wider elements, and the 32 bytes' worth of
     /// lines before the first band's sectors), and the grids.
     pub(super) fn blocks(&self) -> [usize; 3] {
         let (lines, len, batches) = self.swept();
@@ -196,15 +211,15 @@ mod tests {
     #[test]
     fn only_large_grids_of_narrow_elements_across_move_in_whole_sectors() {
         // u8 16385 x 16383 (256 MiB), lines odd on both sides: across.
-        assert!(Sweep::of(&transpose(16385, 16383, 3), 1).is_some());
+        assert!(Sweep::of(&transpose(16385, 16383, 3), 1, false).is_some());
         // f16 8191 x 12289 too, a tile a block: 2-byte lines in bands of 64; under 32 MiB,
         // 4-byte elements, or read and written along the same axis: not.
-        let f16 = Sweep::of(&transpose(8191, 12289, 3), 2).expect("across");
+        let f16 = Sweep::of(&transpose(8191, 12289, 3), 2, false).expect("across");
         assert_eq!(f16.blocks(), [193, 129, 1]);
-        assert!(Sweep::of(&transpose(3001, 4097, 3), 1).is_none());
-        assert!(Sweep::of(&transpose(8191, 8193, 3), 4).is_none());
+        assert!(Sweep::of(&transpose(3001, 4097, 3), 1, false).is_none());
+        assert!(Sweep::of(&transpose(8191, 8193, 3), 4, false).is_none());
         // At most 65535 bands.
-        assert!(Sweep::of(&transpose(5_000_000, 7, 3), 2).is_none());
+        assert!(Sweep::of(&transpose(5_000_000, 7, 3), 2, false).is_none());
         let alongside: Vec<Run> = (0..16383)
             .map(|j| Run {
                 src: 3 + j * 16385,
@@ -216,23 +231,23 @@ mod tests {
             .collect();
         let alongside = RunGrid::of(&alongside).expect("a grid");
         assert!(super::shifted_words(&alongside, 1));
-        assert!(Sweep::of(&alongside, 1).is_none());
+        assert!(Sweep::of(&alongside, 1, false).is_none());
     }
 
     #[test]
     fn a_reversal_sweeps_its_grids_as_one_along_the_axis_that_wastes_least() {
         // Few lines (129) a grid: the grids' lines follow one another, in 516 bands of 256
         // rather than 1023 bands with 129 lines of 256 each.
-        let few = Sweep::of(&reversal([129, 1023, 2049]), 1).expect("across");
+        let few = Sweep::of(&reversal([129, 1023, 2049]), 1, false).expect("across");
         assert_eq!((few.fold, few.blocks()), (Fold::Rows, [17, 516, 1]));
         // Short lines (129 bytes): each continues the last grid's, 1031 tiles along them
         // rather than 2 a grid (the second holding one byte).
-        let short = Sweep::of(&reversal([2049, 1023, 129]), 1).expect("across");
+        let short = Sweep::of(&reversal([2049, 1023, 129]), 1, false).expect("across");
         assert_eq!((short.fold, short.blocks()), (Fold::Cols, [1031, 9, 1]));
         // Short lines in a fifth fewer blocks, across the grids: rows folded rather.
-        let f16 = Sweep::of(&reversal([1023, 511, 257]), 2).expect("across");
+        let f16 = Sweep::of(&reversal([1023, 511, 257]), 2, false).expect("across");
         assert_eq!((f16.fold, f16.blocks()), (Fold::Rows, [5, 8169, 1]));
-        let f16 = Sweep::of(&reversal([257, 511, 1023]), 2).expect("across");
+        let f16 = Sweep::of(&reversal([257, 511, 1023]), 2, false).expect("across");
         assert_eq!((f16.fold, f16.blocks()), (Fold::Rows, [16, 2053, 1]));
         // The kernel's view: folded rows wrap at each grid's lines, stepping a grid's source
         // offset; the other axis never wraps. 17 bands: strips of 16 tiles.
@@ -247,6 +262,17 @@ mod tests {
         let arg = short.arg();
         assert_eq!(arg.0, [2049, 129 * 1023, 1, 129]);
         assert_eq!((arg.2, arg.3), (2049 - 129 * 2049 * 1023, 16));
+        // 4-byte elements, and lines that start on words, only folded and only where the other
+        // kernels' tiles would stand mostly empty: f32 [7, 2049, 4097] (tiles of 64 holding 7
+        // lines), u8 [8, 2048, 4096] in words; not f32 [1023, 511, 257] or [129, 1023, 1025]
+        // (tiles 80% and 63% full) or an aligned u8 16384 x 16384.
+        let f32 = Sweep::of(&reversal([7, 2049, 4097]), 4, false).expect("folded");
+        assert_eq!((f32.fold, f32.blocks()), (Fold::Rows, [129, 225, 1]));
+        let words = Sweep::of(&reversal([8, 2048, 4096]), 1, true).expect("folded");
+        assert_eq!((words.fold, words.blocks()), (Fold::Rows, [32, 65, 1]));
+        assert!(Sweep::of(&reversal([1023, 511, 257]), 4, false).is_none());
+        assert!(Sweep::of(&reversal([129, 1023, 1025]), 4, false).is_none());
+        assert!(Sweep::of(&transpose(16384, 16384, 0), 1, true).is_none());
         // Grids that continue neither way launch apart (a transpose of each of 3 planes, each
         // plane's lines padded by one element on both sides).
         let runs: Vec<Run> = (0..3 * 4097)
@@ -258,7 +284,7 @@ mod tests {
                 dst_stride: 1,
             })
             .collect();
-        let planes = Sweep::of(&RunGrid::of(&runs).expect("grids"), 1).expect("across");
+        let planes = Sweep::of(&RunGrid::of(&runs).expect("grids"), 1, false).expect("across");
         assert_eq!((planes.fold, planes.blocks()), (Fold::None, [33, 17, 3]));
     }
 

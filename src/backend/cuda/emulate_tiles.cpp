@@ -196,18 +196,19 @@ static int check(const char* name, void (*kernel)(const E*, E*, Grid, A...), uns
     return bad;
 }
 
-// Copies an [I, J, K] tensor from C to F order (from element 3 of one buffer to element 5 of
-// another) with an across kernel, its grids swept as `fold` says (the lines of the J grids
+// Copies an [I, J, K] tensor from C to F order (from element `start` of one buffer to element
+// start + 2 of another: lines anywhere in a word where it is odd) with an across kernel, its grids swept as `fold` says (the lines of the J grids
 // following one another, or their elements) in strips of `strip` tiles; returns the misplaced
 // elements. Read along the runs where `load_q`: runs along I (the destination's lines), else
 // along K (the source's).
 template <typename E>
 static int check_reversal(const char* name, const AcrossKernel<E> (&kernels)[3], unsigned long long I,
-                          unsigned long long J, unsigned long long K, int load_q, int fold, unsigned long long strip) {
+                          unsigned long long J, unsigned long long K, int load_q, int fold, unsigned long long strip,
+                          unsigned long long start = 3) {
     const AcrossKernel<E> kernel = kernels[fold];
     Grid g{};
-    g.start_s = 3;
-    g.start_d = 5;
+    g.start_s = start;
+    g.start_d = start + 2;
     g.batches = J, g.outer_s = K, g.outer_d = I;
     if (load_q) g.rows = K, g.step_s = 1, g.step_d = I * J, g.count = I, g.stride_s = J * K, g.stride_d = 1;
     else g.rows = I, g.step_s = J * K, g.step_d = 1, g.count = K, g.stride_s = 1, g.stride_d = I * J;
@@ -282,18 +283,31 @@ int main() {
                 }
             }
     // Three-axis reversals, their grids swept apart and folded either way (few lines, short
-    // lines, bands and tiles across grids), in strips too.
+    // lines, bands and tiles across grids), in strips too; 4-byte elements folded only.
+    const AcrossKernel<unsigned char> bytes[3] = {copy_grid_1t, copy_grid_1tr, copy_grid_1tc};
+    const AcrossKernel<unsigned short> halves[3] = {copy_grid_2t, copy_grid_2tr, copy_grid_2tc};
+    const AcrossKernel<unsigned int> words[3] = {nullptr, copy_grid_4tr, copy_grid_4tc};
     const unsigned long long cubes[][3] = {{37, 5, 301}, {301, 7, 37}, {130, 5, 131}, {131, 4, 300}, {3, 40, 5}};
     for (auto& c : cubes)
         for (int load_q = 0; load_q < 2; load_q++)
             for (int fold = 0; fold < 3; fold++)
                 for (unsigned long long strip : {0ull, 3ull}) {
-                    const AcrossKernel<unsigned char> bytes[3] = {copy_grid_1t, copy_grid_1tr, copy_grid_1tc};
-                    const AcrossKernel<unsigned short> halves[3] = {copy_grid_2t, copy_grid_2tr, copy_grid_2tc};
                     bad += check_reversal<unsigned char>("copy_grid_1t", bytes, c[0], c[1], c[2], load_q, fold, strip);
                     bad += check_reversal<unsigned short>("copy_grid_2t", halves, c[0], c[1], c[2], load_q, fold, strip);
                     runs += 2;
+                    if (fold) {
+                        bad += check_reversal<unsigned int>("copy_grid_4t", words, c[0], c[1], c[2], load_q, fold, strip);
+                        runs++;
+                    }
                 }
+    // Folded, lines that start on words (their lengths whole words: the host's `wide`).
+    for (int load_q = 0; load_q < 2; load_q++)
+        for (int fold = 1; fold < 3; fold++) {
+            bad += check_reversal<unsigned char>("copy_grid_1t", bytes, 8, 6, 132, load_q, fold, 2, 0);
+            bad += check_reversal<unsigned short>("copy_grid_2t", halves, 8, 6, 132, load_q, fold, 2, 0);
+            bad += check_reversal<unsigned int>("copy_grid_4t", words, 8, 6, 132, load_q, fold, 2, 0);
+            runs += 3;
+        }
     std::printf("%d grid copies, %d elements misplaced\n", runs, bad);
     return bad != 0;
 }

@@ -25,7 +25,7 @@ use crate::runtime::comm::{Group, Parts};
 use crate::spec::model::DeviceMap;
 use crate::spec::step::{Epilog, ReduceOp};
 use crate::spec::tensor::DType;
-use across::Sweep;
+use across::{Fold, Sweep};
 use anyhow::{Context as _, Result, anyhow, bail};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig,
@@ -448,7 +448,9 @@ COPY_SHIFTED(8, unsigned long long, uint4, 2, )
 // ones (257 elements) then fill whole bands and tiles. Line t of the rows swept then starts
 // t / per grids on, each grid `jump` bytes further than its lines' steps reach (column c's
 // destination line likewise): the quotient of an index below 2^31 by a multiply-high and a
-// shift (the host's `divider`).
+// shift (the host's `divider`). 4-byte elements (V = 1, each line on its words) take these
+// kernels only folded (copy_grid_4tr, 4tc): a batch of grids with few or short lines (f32
+// [7, 2049, 4097] to F order), which tiles of 64 elements square would mostly leave empty.
 enum { UNFOLDED = 0, FOLD_ROWS = 1, FOLD_COLS = 2 };
 
 // What the host makes of a grid for these kernels: the source's lines and their length as swept,
@@ -474,6 +476,7 @@ struct Lines {
 
 template <int E> struct Unit { typedef unsigned char T; };
 template <> struct Unit<2> { typedef unsigned short T; };
+template <> struct Unit<4> { typedef unsigned int T; };
 
 template <int E, int K, int FOLD>
 struct Across {
@@ -506,21 +509,23 @@ struct Across {
                     if constexpr (FOLD == FOLD_ROWS) from += a.jumps(t_first + k);
                     const u64 p0 = (from & ~3ull) + 4 * l, p1 = p0 + 4;
                     sh[g][v] = (unsigned int)(from & 3) * 8;
+                    // 4-byte elements start on their words: no second word to shift from.
                     if constexpr (EDGE) {
                         const u64 end = from + (u64)((a.len - c0) * E);
                         const bool in = t_first + k >= 0 && t_first + k < a.lines;
                         w0[g][v] = in && p0 < end ? *(const unsigned int*)p0 : 0u;
-                        w1[g][v] = in && p1 < end && sh[g][v] ? *(const unsigned int*)p1 : 0u;
+                        w1[g][v] = E < 4 && in && p1 < end && sh[g][v] ? *(const unsigned int*)p1 : 0u;
                     } else {
                         w0[g][v] = *(const unsigned int*)p0;
-                        w1[g][v] = *(const unsigned int*)p1;
+                        w1[g][v] = E < 4 ? *(const unsigned int*)p1 : 0u;
                     }
                 }
 #pragma unroll
             for (int g = 0; g < PER; g++) {
                 unsigned int r[V], o[V];
 #pragma unroll
-                for (int v = 0; v < V; v++) r[v] = __funnelshift_r(w0[g][v], w1[g][v], sh[g][v]);
+                for (int v = 0; v < V; v++)
+                    r[v] = E < 4 ? __funnelshift_r(w0[g][v], w1[g][v], sh[g][v]) : w0[g][v];
                 if constexpr (V == 4) {
                     const unsigned int t0 = __byte_perm(r[0], r[1], 0x5140);
                     const unsigned int t1 = __byte_perm(r[0], r[1], 0x7362);
@@ -530,9 +535,11 @@ struct Across {
                     o[1] = __byte_perm(t0, t2, 0x7632);
                     o[2] = __byte_perm(t1, t3, 0x5410);
                     o[3] = __byte_perm(t1, t3, 0x7632);
-                } else {
+                } else if constexpr (V == 2) {
                     o[0] = __byte_perm(r[0], r[1], 0x5410);
                     o[1] = __byte_perm(r[0], r[1], 0x7632);
+                } else {
+                    o[0] = r[0];
                 }
                 const unsigned int G = w + WARPS * (g + PER * pass);
 #pragma unroll
@@ -557,7 +564,8 @@ struct Across {
                 const u64 at = (seg & ~31ull) + 4 * m;
                 const int j0 = HALO - phi + V * (int)m;  // the word's first row in the tile
                 const unsigned int* col = sm + column(x) + j0 / V;
-                const unsigned int word = __funnelshift_r(col[0], col[1], (unsigned int)(j0 % V) * 8 * E);
+                const unsigned int word =
+                    V == 1 ? col[0] : __funnelshift_r(col[0], col[1], (unsigned int)(j0 % V) * 8 * E);
                 if constexpr (EDGE) {
                     const long long t0 = r0 - phi + V * (long long)m;  // below 0: before the line
                     if (t0 < 0 || t0 + V > a.lines) {
@@ -638,9 +646,10 @@ __device__ __forceinline__ void across_tiles(const unsigned char* s, unsigned ch
     }
 }
 
-// Bytes in bands of 256 lines, 2-byte elements of 64 (on an H200 bytes in bands of 128 ran 1.03x
-// slower, 2-byte elements in bands of 128 1.02-1.07x); registers capped for four and five
-// blocks an SM. Each unfolded (copy_grid_<bytes>t), its rows folded (tr) or its columns (tc).
+// Bytes in bands of 256 lines, 2- and 4-byte elements of 64 (on an H200 bytes in bands of 128
+// ran 1.03x slower, 2-byte elements in bands of 128 1.02-1.07x); registers capped for four and
+// five blocks an SM. Each unfolded (copy_grid_<bytes>t), its rows folded (tr) or its columns
+// (tc).
 #define COPY_ACROSS(NAME, E, K, FOLD, LOOP, MINB)                                                \
     extern "C" __global__ void __launch_bounds__(256 MINB) copy_grid_##NAME(                     \
         const Unit<E>::T* src, Unit<E>::T* dst, Grid g, Sweep sw, int load_q) {                  \
@@ -654,6 +663,8 @@ COPY_ACROSS(1tc, 1, 2, FOLD_COLS, true, COMMA 4)
 COPY_ACROSS(2t, 2, 1, UNFOLDED, false, COMMA 5)
 COPY_ACROSS(2tr, 2, 1, FOLD_ROWS, false, COMMA 5)
 COPY_ACROSS(2tc, 2, 1, FOLD_COLS, false, COMMA 5)
+COPY_ACROSS(4tr, 4, 2, FOLD_ROWS, false, COMMA 5)
+COPY_ACROSS(4tc, 4, 2, FOLD_COLS, false, COMMA 5)
 
 // The product over `ranks` gathered arrays of n complex values (float2 or double2), elements
 // first..first + count, in rank order, in double precision.
@@ -856,6 +867,8 @@ struct Kernels {
     /// copy_grid_1t and copy_grid_2t: 1- and 2-byte elements across in whole destination
     /// sectors, each unfolded, its rows folded and its columns (`tr`, `tc`; see [`Sweep`]).
     copy_grid_across: [[CudaFunction; 3]; 2],
+    /// copy_grid_4tr and copy_grid_4tc: 4-byte elements across, only folded.
+    copy_grid_4_folded: [CudaFunction; 2],
     finish: CudaFunction,
     conj_copy: CudaFunction,
     scale_f32: CudaFunction,
@@ -898,6 +911,10 @@ impl Kernels {
                 };
                 [across(1)?, across(2)?]
             },
+            copy_grid_4_folded: [
+                module.load_function("copy_grid_4tr")?,
+                module.load_function("copy_grid_4tc")?,
+            ],
             finish: module.load_function("finish")?,
             conj_copy: module.load_function("conj_copy")?,
             scale_f32: module.load_function("scale_f32")?,
@@ -1259,8 +1276,8 @@ impl<'a> Cuda<'a> {
         self.copy_grid_at(self.st(), ptrs, g, elem)
     }
 
-    /// A grid of 1- or 2-byte elements across in whole destination sectors, as `sweep` takes
-    /// it (see [`Sweep`]), a block a tile.
+    /// A grid of 1-, 2- or 4-byte elements across in whole destination sectors, as `sweep`
+    /// takes it (see [`Sweep`]), a block a tile.
     fn copy_across(
         &self,
         stream: &Arc<CudaStream>,
@@ -1276,7 +1293,11 @@ impl<'a> Cuda<'a> {
             shared_mem_bytes: 0,
         };
         let arg = sweep.arg();
-        let kernel = &self.kernels.copy_grid_across[elem / 2][sweep.fold() as usize];
+        let kernel = match (elem, sweep.fold()) {
+            (4, Fold::Rows) => &self.kernels.copy_grid_4_folded[0],
+            (4, _) => &self.kernels.copy_grid_4_folded[1],
+            (_, fold) => &self.kernels.copy_grid_across[elem / 2][fold as usize],
+        };
         let mut launch = stream.launch_builder(kernel);
         launch.arg(&src).arg(&dst).arg(&grid).arg(&arg).arg(&load_q);
         // SAFETY: the grid's runs stay inside both buffers (their callers size them).
@@ -1314,7 +1335,7 @@ impl<'a> Cuda<'a> {
         let store_q = i32::from(along_runs(g.step.1, g.strides.1));
         let wide = wide_words(g, elem, (src, dst));
         let shifted = !wide && shifted_words(g, elem);
-        if shifted && let Some(sweep) = Sweep::of(g, elem) {
+        if let Some(sweep) = Sweep::of(g, elem, wide) {
             return self.copy_across(stream, (src, dst), grid, &sweep, (elem, load_q));
         }
         let pairs = !wide && !shifted && pairs(g, elem);
@@ -2306,7 +2327,7 @@ mod tests {
         let out = String::from_utf8_lossy(&ran.stdout);
         assert!(ran.status.success(), "{out}");
         assert!(
-            out.contains("632 grid copies, 0 elements misplaced"),
+            out.contains("684 grid copies, 0 elements misplaced"),
             "{out}"
         );
     }
