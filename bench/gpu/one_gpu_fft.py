@@ -5,6 +5,8 @@ odd sizes and F order.
     python bench/gpu/one_gpu_fft.py [--bin target/release/distrun] [--cases c2c-c64-512 ...]
                                     [--iterations 20]
 
+A case is one of CASES or any `kind-dtype-AxBxC-LAYOUT` (such as `c2c-c128-1000x999-F`).
+
 Both are timed alike: 2 warm-up runs, then the iterations back to back between one pair of
 CUDA events, their mean (distrun's `timing = "queued"`). Prints one row per case: distrun's
 time, cupy's, and distrun's speed as cupy's time over distrun's (>= 0.95 is the target).
@@ -23,6 +25,15 @@ CASES = {
     "r2c-f64-2d-8192": ("r2c", "f64", [8192, 8192], "C"),
     "c2r-c64-512": ("c2r", "c64", [512, 512, 257], "C"),
 }
+
+
+def case(name):
+    """A case by its name: one of CASES, or any `kind-dtype-AxBxC-LAYOUT` (such as
+    `r2c-f32-999x1001x64-F`): the input's dtype and shape (a c2r's complex half)."""
+    if name in CASES:
+        return CASES[name]
+    kind, dtype, dims, layout = name.split("-")
+    return kind, dtype, [int(d) for d in dims.split("x")], layout
 
 
 def spec(kind, dtype, shape, layout, iterations, slab=0, reshape=None):
@@ -76,7 +87,7 @@ def main():
     a = arguments(CASES).parse_args()
     print(f"{'case':<20} {'distrun ms':>11} {'cupy ms':>9} {'speed':>7}")
     for name in a.cases:
-        kind, dtype, shape, layout = CASES[name]
+        kind, dtype, shape, layout = case(name)
         step, err = first_step(a.bin, spec(kind, dtype, shape, layout, a.iterations))
         t = step and step["time_s"]["median"]
         c = cupy_time(kind, dtype, shape, layout, a.iterations)

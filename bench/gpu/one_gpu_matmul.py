@@ -4,6 +4,8 @@ in the same command, over dtypes, layouts, transposes and odd sizes.
     python bench/gpu/one_gpu_matmul.py [--bin target/release/distrun] [--cases f16-8192 ...]
                                        [--iterations 20]
 
+A case is one of CASES or any `dtype-MxNxK-LAYOUT[-aT][-bT]` (such as `f32-1001x999x1003-F-bT`).
+
 Both are timed alike: 2 warm-up runs, then the iterations back to back between one pair of
 CUDA events, their mean (distrun's `timing = "queued"`). Prints one row per case: distrun's
 time and TFLOP/s, cupy's time, and distrun's speed as cupy's time over distrun's (>= 0.95 is
@@ -25,6 +27,16 @@ CASES = {
     "f32-3001x2999x1013": ("f32", 3001, 2999, 1013, "C", False, False),
 }
 CUPY = {"f16": "float16", "bf16": None, "f32": "float32", "f64": "float64", "c64": "complex64"}
+
+
+def case(name):
+    """A case by its name: one of CASES, or `dtype-MxNxK-LAYOUT` with `-aT`, `-bT` for a
+    transposed operand."""
+    if name in CASES:
+        return CASES[name]
+    dtype, dims, layout, *flags = name.split("-")
+    m, n, k = (int(d) for d in dims.split("x"))
+    return dtype, m, n, k, layout, "aT" in flags, "bT" in flags
 
 
 def spec(dtype, m, n, k, layout, ta, tb, iterations):
@@ -80,7 +92,7 @@ def main():
     a = arguments(CASES).parse_args()
     print(f"{'case':<26} {'distrun ms':>10} {'TFLOP/s':>8} {'cupy ms':>8} {'speed':>6}")
     for name in a.cases:
-        dtype, m, n, k, layout, ta, tb = CASES[name]
+        dtype, m, n, k, layout, ta, tb = case(name)
         step, err = first_step(a.bin, spec(dtype, m, n, k, layout, ta, tb, a.iterations))
         c = cupy_time(dtype, m, n, k, layout, ta, tb, a.iterations)
         cupy = f"{c * 1e3:8.3f}" if c else f"{'-':>8}"
