@@ -28,6 +28,10 @@ const STRIP: usize = 16;
 /// (63%) 0.394 -> 0.397 and [1025, 1023, 129] 0.386 -> 0.444.
 const FILLED: f64 = 0.5;
 
+/// The fewest blocks a grid the other kernels would leave mostly empty moves in folded: fewer,
+/// larger tiles would leave SMs idle (the other kernels' 512 tiles, `tiles_enough`).
+const MANY: usize = 512;
+
 /// Which of a grid's axes a batch of grids continues, swept as one grid (the kernels' FOLD, and
 /// the index of their kernel: `copy_grid_<bytes>t`, `tr`, `tc`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,22 +62,22 @@ pub(super) struct Sweep {
 
 impl Sweep {
     /// How `g` moves across in whole destination sectors, where it does: grids of 1-, 2- or
-    /// 4-byte elements read along one axis and written along the other, [`ACROSS_BYTES`] or
-    /// more, whose lines start anywhere in a word (not `wide`, [`super::wide_words`]; 1- and
-    /// 2-byte elements) or whose grids the other kernels' tiles would leave mostly empty (less
-    /// than [`FILLED`] held; then only folded). Folded where that takes fewer blocks, within
-    /// what a launch takes (65535 a dimension).
+    /// 4-byte elements read along one axis and written along the other, either [`ACROSS_BYTES`]
+    /// or more whose lines start anywhere in a word (not `wide`, [`super::wide_words`]; 1- and
+    /// 2-byte elements), or of any size whose grids the other kernels' tiles would leave mostly
+    /// empty (less than [`FILLED`] held; then only folded, and in [`MANY`] blocks or more).
+    /// Folded where that takes fewer blocks, within what a launch takes (65535 a dimension).
     pub(super) fn of(g: &RunGrid, elem: usize, wide: bool) -> Option<Sweep> {
         let load_q = along_runs(g.step.0, g.strides.0);
         let side = 32 * word_elements(elem)?;
         let filled = |n: usize| n as f64 / n.next_multiple_of(side) as f64;
         let sparse = filled(g.rows) * filled(g.count) < FILLED;
-        let apart_too = matches!(elem, 1 | 2) && !wide;
+        let apart_too =
+            matches!(elem, 1 | 2) && !wide && g.rows * g.count * g.batches * elem >= ACROSS_BYTES;
         if !matches!(elem, 1 | 2 | 4)
             || !(apart_too || sparse)
             || load_q == along_runs(g.step.1, g.strides.1)
             || !shifted_words(g, elem)
-            || g.rows * g.count * g.batches * elem < ACROSS_BYTES
         {
             return None;
         }
@@ -110,7 +114,7 @@ impl Sweep {
         .map(|(fold, _)| sweep(fold))
         .filter(|s| s.blocks().iter().all(|&n| n <= 65535))
         .filter(|s| s.fold != Fold::Cols || 4 * cost(s) <= 3 * apart)
-        .filter(|s| apart_too || s.fold != Fold::None)
+        .filter(|s| apart_too || (s.fold != Fold::None && cost(s) >= MANY))
         .min_by_key(cost)
     }
 
@@ -273,6 +277,11 @@ mod tests {
         assert!(Sweep::of(&reversal([1023, 511, 257]), 4, false).is_none());
         assert!(Sweep::of(&reversal([129, 1023, 1025]), 4, false).is_none());
         assert!(Sweep::of(&transpose(16384, 16384, 0), 1, true).is_none());
+        // Under 32 MiB too (the pieces an exchange packs), but not in fewer than 512 blocks.
+        let small = Sweep::of(&reversal([8, 1024, 2048]), 1, true).expect("folded");
+        assert_eq!((small.fold, small.blocks()), (Fold::Rows, [16, 33, 1]));
+        assert!(super::shifted_words(&reversal([8, 1024, 256]), 1));
+        assert!(Sweep::of(&reversal([8, 1024, 256]), 1, true).is_none());
         // Grids that continue neither way launch apart (a transpose of each of 3 planes, each
         // plane's lines padded by one element on both sides).
         let runs: Vec<Run> = (0..3 * 4097)
