@@ -185,7 +185,7 @@ unsafe impl cudarc::driver::DeviceRepr for SweepArg {}
 /// shift = ceil(log2 per) - 1, so that mul < 2^32. Exact: mul * per = 2^(32 + shift) + e with
 /// e < per <= 2^(shift + 1), so i * e < 2^(32 + shift) and the error never reaches the next
 /// integer.
-fn divider(per: u64) -> (u64, u64) {
+pub(super) fn divider(per: u64) -> (u64, u64) {
     let log = u64::BITS - (per - 1).leading_zeros();
     let shift = u64::from(log) - 1;
     ((1u64 << (32 + shift)).div_ceil(per), shift)

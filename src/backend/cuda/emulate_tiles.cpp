@@ -6,6 +6,7 @@
 // kernels, lines starting anywhere in a word, alongside too), and every element must land where
 // the grid says, with nothing written elsewhere (the kernels across in whole destination sectors,
 // copy_grid_<bytes>t, on larger grids too, for their inner tiles). Exit status 0 when all do.
+#include <algorithm>
 #include <barrier>
 #include <cstdint>
 #include <cstdio>
@@ -64,18 +65,18 @@ inline unsigned int __funnelshift_l(unsigned int lo, unsigned int hi, unsigned i
 
 #include "kernels.cu"
 
-// Runs `kernel` over a grid of blocks of 32 x 8 threads, one block after another: 256 threads,
-// each taking its place in every block in turn.
-static void launch(D3 grid, const std::function<void()>& kernel) {
+// Runs `kernel` over a grid of blocks of 32 x 8 threads (or 256 x 1), one block after another:
+// 256 threads, each taking its place in every block in turn.
+static void launch(D3 grid, const std::function<void()>& kernel, bool flat = false) {
     gridDim = grid;
-    blockDim = {32, 8, 1};
+    blockDim = flat ? D3{256, 1, 1} : D3{32, 8, 1};
     std::barrier<> b(256);
     block_barrier = &b;
     std::vector<std::thread> threads;
     for (unsigned ty = 0; ty < 8; ty++)
         for (unsigned tx = 0; tx < 32; tx++)
-            threads.emplace_back([&kernel, &b, grid, tx, ty] {
-                threadIdx = {tx, ty, 0};
+            threads.emplace_back([&kernel, &b, grid, tx, ty, flat] {
+                threadIdx = flat ? D3{tx + 32 * ty, 0, 0} : D3{tx, ty, 0};
                 for (unsigned z = 0; z < grid.z; z++)
                     for (unsigned y = 0; y < grid.y; y++)
                         for (unsigned x = 0; x < grid.x; x++) {
@@ -226,6 +227,46 @@ static int check_reversal(const char* name, const AcrossKernel<E> (&kernels)[3],
     return bad;
 }
 
+// Moves `batches` grids of an r-element axis packed on one side (lines of r, one after another)
+// and n-element lines `pitch` apart on the other, packing (`to_packed`) or unpacking, with
+// copy_narrow_<bytes>; returns the misplaced elements.
+template <typename E>
+static int check_narrow(void (*kernel)(const E*, E*, Narrow), unsigned long long r, unsigned long long n,
+                        unsigned long long batches, bool to_packed) {
+    const unsigned long long pitch = n + 3, lines_size = r * pitch, packed_size = r * n + 2;
+    Grid g{};
+    g.batches = batches, g.rows = n, g.count = r;
+    // Lines side: element (b, a) at b + a * pitch; packed side: at b * r + a.
+    auto lines = [&](unsigned long long& start, unsigned long long& outer, unsigned long long& step,
+                     unsigned long long& stride) { start = 1, outer = lines_size, step = 1, stride = pitch; };
+    auto packed = [&](unsigned long long& start, unsigned long long& outer, unsigned long long& step,
+                      unsigned long long& stride) { start = 3, outer = packed_size, step = r, stride = 1; };
+    if (to_packed) {
+        lines(g.start_s, g.outer_s, g.step_s, g.stride_s);
+        packed(g.start_d, g.outer_d, g.step_d, g.stride_d);
+    } else {
+        packed(g.start_s, g.outer_s, g.step_s, g.stride_s);
+        lines(g.start_d, g.outer_d, g.step_d, g.stride_d);
+    }
+    const size_t n_s = g.start_s + batches * g.outer_s + 8, n_d = g.start_d + batches * g.outer_d + 8;
+    std::vector<E> src(n_s), dst(n_d);
+    for (size_t k = 0; k < n_s; k++) src[k] = value<E>(k);
+    std::memset(dst.data(), 0xa5, n_d * sizeof(E));
+    // The host's divider for r and stretch (src/backend/cuda/narrow.rs).
+    const unsigned long long shift = 64 - __builtin_clzll(r - 1) - 1, most = 16 * (2048 / sizeof(E) + 1) / r - 1;
+    const unsigned long long log_c = std::min(63 - __builtin_clzll(most), 63 - __builtin_clzll(2048 / sizeof(E)));
+    Narrow a{3, 1, packed_size, lines_size, batches, r, n, pitch,
+             ((1ull << (32 + shift)) + r - 1) / r, shift, log_c, to_packed};
+    const unsigned long long stretch = 1ull << log_c;
+    launch({(unsigned)((n + stretch - 1) / stretch), (unsigned)batches, 1}, [&] { kernel(src.data(), dst.data(), a); },
+           true);
+    const int bad = misplaced(g, src.data(), dst.data(), n_d);
+    if (bad)
+        std::printf("copy_narrow_%zu: r %llu, n %llu, %llu grids, %s: %d misplaced\n", sizeof(E), r, n, batches,
+                    to_packed ? "packing" : "unpacking", bad);
+    return bad;
+}
+
 int main() {
     // Whole tiles of every kernel's side, edges, a thin grid, and lines shorter than a word.
     const unsigned long long shapes[][2] = {{128, 128}, {256, 384}, {300, 260}, {132, 8}, {4, 4}, {1, 9}};
@@ -308,6 +349,18 @@ int main() {
             bad += check_reversal<unsigned int>("copy_grid_4t", words, 8, 6, 132, load_q, fold, 2, 0);
             runs += 3;
         }
+    // A short axis packed on one side: 2 to 33 elements, stretches whole and cut short, batches.
+    for (unsigned long long r : {2ull, 3ull, 16ull, 33ull})
+        for (unsigned long long n : {5ull, 2500ull})
+            for (unsigned long long batches : {1ull, 2ull})
+                for (bool to_packed : {true, false}) {
+                    bad += check_narrow(copy_narrow_1, r, n, batches, to_packed);
+                    bad += check_narrow(copy_narrow_2, r, n, batches, to_packed);
+                    bad += check_narrow(copy_narrow_4, r, n, batches, to_packed);
+                    bad += check_narrow(copy_narrow_8, r, n, batches, to_packed);
+                    bad += check_narrow(copy_narrow_16, r, n, batches, to_packed);
+                    runs += 5;
+                }
     std::printf("%d grid copies, %d elements misplaced\n", runs, bad);
     return bad != 0;
 }
