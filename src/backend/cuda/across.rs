@@ -253,8 +253,6 @@ mod tests {
         assert_eq!((f16.fold, f16.blocks()), (Fold::Rows, [5, 8169, 1]));
         let f16 = Sweep::of(&reversal([257, 511, 1023]), 2, false).expect("across");
         assert_eq!((f16.fold, f16.blocks()), (Fold::Rows, [16, 2053, 1]));
-        // The kernel's view: folded rows wrap at each grid's lines, stepping a grid's source
-        // offset; the other axis never wraps. 17 bands: strips of 16 tiles.
         // The kernel's view: folded rows wrap at each grid's lines (257); each grid starts
         // 1023 elements on in the source, where its lines' steps (511 x 1023) would reach
         // 257 x 511 x 1023. 2053 bands: no strips.

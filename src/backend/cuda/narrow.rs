@@ -46,8 +46,8 @@ impl Narrow {
             (g.strides, g.step, g.count, g.rows),
         ];
         sides.into_iter().find_map(|(short, long, r, n)| {
-            let packed = |x: usize| short_of(short, x) == 1 && short_of(long, x) == r;
-            let lines = |y: usize| short_of(long, y) == 1;
+            let packed = |x: usize| pick(short, x) == 1 && pick(long, x) == r;
+            let lines = |y: usize| pick(long, y) == 1;
             let to_packed = match (packed(0), packed(1)) {
                 (false, true) if lines(0) => true,
                 (true, false) if lines(1) => false,
@@ -56,12 +56,12 @@ impl Narrow {
             let (x, y) = if to_packed { (1, 0) } else { (0, 1) };
             let side = 32 * word_elements(elem).unwrap_or(1);
             (r >= 2 && 2 * r < side).then_some(Narrow {
-                starts: (short_of(g.start, x), short_of(g.start, y)),
-                outer: (short_of(g.outer, x), short_of(g.outer, y)),
+                starts: (pick(g.start, x), pick(g.start, y)),
+                outer: (pick(g.outer, x), pick(g.outer, y)),
                 batches: g.batches,
                 r,
                 n,
-                pitch: short_of(short, y),
+                pitch: pick(short, y),
                 to_packed,
                 elem,
             })
@@ -106,7 +106,7 @@ impl Narrow {
 }
 
 /// The side `x` (0 the source, 1 the destination) of a pair.
-fn short_of(pair: (usize, usize), x: usize) -> usize {
+fn pick(pair: (usize, usize), x: usize) -> usize {
     if x == 0 { pair.0 } else { pair.1 }
 }
 
