@@ -255,7 +255,8 @@ static int check_narrow(void (*kernel)(const E*, E*, Narrow), unsigned long long
     for (size_t k = 0; k < n_s; k++) src[k] = value<E>(k);
     std::memset(dst.data(), 0xa5, n_d * sizeof(E));
     // The host's divider for r and stretch (src/backend/cuda/narrow.rs).
-    const unsigned long long shift = 64 - __builtin_clzll(r - 1) - 1, most = 16 * (2048 / sizeof(E) + 1) / r - 1;
+    const unsigned long long shift = 64 - __builtin_clzll(r - 1) - 1, word = 16 / sizeof(E),
+                             most = 16 * (2048 / sizeof(E) + word) / r - word;
     const unsigned long long log_c = std::min(63 - __builtin_clzll(most), 63 - __builtin_clzll(2048 / sizeof(E)));
     Narrow a{3, 1, packed_size, lines_size, batches, r, n, pitch,
              ((1ull << (32 + shift)) + r - 1) / r, shift, log_c, to_packed};
@@ -351,8 +352,9 @@ int main() {
             bad += check_reversal<unsigned int>("copy_grid_4t", words, 8, 6, 132, load_q, fold, 2, 0);
             runs += 3;
         }
-    // A short axis packed on one side: 2 to 33 elements, stretches whole and cut short, batches.
-    for (unsigned long long r : {2ull, 3ull, 16ull, 33ull})
+    // A short axis packed on one side: 2 to 63 elements, stretches whole and cut short, batches;
+    // lines and stretches on 16-byte words and off them.
+    for (unsigned long long r : {2ull, 3ull, 7ull, 16ull, 33ull, 63ull})
         for (unsigned long long n : {5ull, 2500ull})
             for (unsigned long long batches : {1ull, 2ull})
                 for (bool to_packed : {true, false}) {

@@ -6,10 +6,15 @@ use super::across::divider;
 use super::word_elements;
 use crate::backend::work::RunGrid;
 
-/// The elements of a block's shared tile (`copy_narrow_<bytes>`'s `tile`): 16 lines of 2048
-/// bytes and one element more each.
+/// The elements of a 16-byte word, the kernels' unit on both sides.
+fn word(elem: usize) -> usize {
+    16 / elem
+}
+
+/// The elements of a block's shared tile (`copy_narrow_<bytes>`'s `tile`): 16 rows of 2048
+/// bytes and a word more each (a row starts a word on, to lie on words as its line does).
 fn tile_elements(elem: usize) -> usize {
-    16 * (2048 / elem + 1)
+    16 * (2048 / elem + word(elem))
 }
 
 /// A grid as `copy_narrow_<bytes>` moves it: the short axis (r elements) packed on one side,
@@ -69,9 +74,9 @@ impl Narrow {
     }
 
     /// The elements of each long line a block takes: 2048 bytes' worth (as measured), or the
-    /// most, a power of two, whose r lines (an element more each) the shared tile holds.
+    /// most, a power of two, whose r rows (a word more each) the shared tile holds.
     fn stretch(&self) -> usize {
-        let most = tile_elements(self.elem) / self.r - 1;
+        let most = tile_elements(self.elem) / self.r - word(self.elem);
         (2048 / self.elem).min(1 << most.ilog2())
     }
 
@@ -135,9 +140,13 @@ mod tests {
         assert!(!unpack.to_packed);
         assert_eq!((unpack.r, unpack.n, unpack.pitch), (3, 300_000, 300_000));
         // Up to 63 bytes (tiles of 128 at most half full), in stretches that fill the tile:
-        // 17 lines of 1024 bytes (16 of 2048 before the tile's last line).
+        // 17 rows of 1024 bytes (16 of 2048 before the tile's last row), 63 of 256.
         let bytes = Narrow::of(&transpose(17, 300_000, 0), 1).expect("narrow");
         assert_eq!((bytes.stretch(), bytes.blocks()), (1024, (293, 1)));
+        let most = Narrow::of(&transpose(63, 300_000, 0), 1).expect("narrow");
+        assert_eq!(most.stretch(), 256);
+        let sixteen = Narrow::of(&transpose(15, 300_000, 0), 16).expect("narrow");
+        assert_eq!(sixteen.stretch(), 128);
         assert!(Narrow::of(&transpose(63, 300_000, 0), 1).is_some());
         assert!(Narrow::of(&transpose(64, 300_000, 0), 1).is_none());
         // 4-byte elements up to 31, 16-byte up to 15; a single line is a plain copy.
