@@ -229,21 +229,33 @@ static int check_reversal(const char* name, const AcrossKernel<E> (&kernels)[3],
     return bad;
 }
 
-// Moves `batches` grids of an r-element axis packed on one side (lines of r, one after another)
-// and n-element lines `pitch` apart on the other, packing (`to_packed`) or unpacking, with
-// copy_narrow_<bytes>; returns the misplaced elements.
+// The host's divider for `per` (src/backend/cuda/across.rs): {multiplier, shift}.
+static std::pair<unsigned long long, unsigned long long> divider(unsigned long long per) {
+    const unsigned long long shift = 64 - __builtin_clzll(per - 1) - 1;
+    return {((1ull << (32 + shift)) + per - 1) / per, shift};
+}
+
+// Moves `batches` grids of an r-element axis packed on one side (lines of r, `step` apart: one
+// after another, or with gaps between) and n-element lines `pitch` apart on the other, packing
+// (mode 1) or unpacking (0), with copy_narrow_<bytes>; or (mode 2) from lines of r `step` apart
+// to lines of r `other` apart (both sides packed). Returns the misplaced elements.
 template <typename E>
 static int check_narrow(void (*kernel)(const E*, E*, Narrow), unsigned long long r, unsigned long long n,
-                        unsigned long long batches, bool to_packed) {
-    const unsigned long long pitch = n + 3, lines_size = r * pitch, packed_size = r * n + 2;
+                        unsigned long long batches, int mode, unsigned long long step, unsigned long long other = 0) {
+    const unsigned long long pitch = mode == 2 ? other : n + 3, packed_size = step * n + 2,
+                             other_size = mode == 2 ? other * n + 5 : r * pitch;
     Grid g{};
     g.batches = batches, g.rows = n, g.count = r;
-    // Lines side: element (b, a) at b + a * pitch; packed side: at b * r + a.
-    auto lines = [&](unsigned long long& start, unsigned long long& outer, unsigned long long& step,
-                     unsigned long long& stride) { start = 1, outer = lines_size, step = 1, stride = pitch; };
-    auto packed = [&](unsigned long long& start, unsigned long long& outer, unsigned long long& step,
-                      unsigned long long& stride) { start = 3, outer = packed_size, step = r, stride = 1; };
-    if (to_packed) {
+    // Lines side: element (b, a) at b + a * pitch (repacking, at b * other + a); packed side:
+    // at b * step + a.
+    auto lines = [&](unsigned long long& start, unsigned long long& outer, unsigned long long& along,
+                     unsigned long long& stride) {
+        start = 1, outer = other_size;
+        along = mode == 2 ? other : 1, stride = mode == 2 ? 1 : pitch;
+    };
+    auto packed = [&](unsigned long long& start, unsigned long long& outer, unsigned long long& along,
+                      unsigned long long& stride) { start = 3, outer = packed_size, along = step, stride = 1; };
+    if (mode == 1) {
         lines(g.start_s, g.outer_s, g.step_s, g.stride_s);
         packed(g.start_d, g.outer_d, g.step_d, g.stride_d);
     } else {
@@ -254,19 +266,20 @@ static int check_narrow(void (*kernel)(const E*, E*, Narrow), unsigned long long
     std::vector<E> src(n_s), dst(n_d);
     for (size_t k = 0; k < n_s; k++) src[k] = value<E>(k);
     std::memset(dst.data(), 0xa5, n_d * sizeof(E));
-    // The host's divider for r and stretch (src/backend/cuda/narrow.rs).
-    const unsigned long long shift = 64 - __builtin_clzll(r - 1) - 1, word = 16 / sizeof(E),
-                             most = 16 * (2048 / sizeof(E) + word) / r - word;
+    // The host's dividers and stretch (src/backend/cuda/narrow.rs).
+    const unsigned long long word = 16 / sizeof(E), most = 16 * (2048 / sizeof(E) + word) / r - word;
     const unsigned long long log_c = std::min(63 - __builtin_clzll(most), 63 - __builtin_clzll(2048 / sizeof(E)));
-    Narrow a{3, 1, packed_size, lines_size, batches, r, n, pitch,
-             ((1ull << (32 + shift)) + r - 1) / r, shift, log_c, to_packed};
+    const auto [mul, shift] = divider(step);
+    const auto [mul_o, shift_o] = mode == 2 ? divider(other) : std::pair{0ull, 0ull};
+    Narrow a{3, 1, packed_size, other_size, batches, r, n, pitch, step, mul, shift, log_c, (unsigned long long)mode,
+             mul_o, shift_o};
     const unsigned long long stretch = 1ull << log_c;
     launch({(unsigned)((n + stretch - 1) / stretch), (unsigned)batches, 1}, [&] { kernel(src.data(), dst.data(), a); },
            true);
     const int bad = misplaced(g, src.data(), dst.data(), n_d);
     if (bad)
-        std::printf("copy_narrow_%zu: r %llu, n %llu, %llu grids, %s: %d misplaced\n", sizeof(E), r, n, batches,
-                    to_packed ? "packing" : "unpacking", bad);
+        std::printf("copy_narrow_%zu: r %llu (step %llu, other %llu), n %llu, %llu grids, mode %d: %d misplaced\n",
+                    sizeof(E), r, step, other, n, batches, mode, bad);
     return bad;
 }
 
@@ -357,14 +370,38 @@ int main() {
     for (unsigned long long r : {2ull, 3ull, 7ull, 16ull, 33ull, 63ull})
         for (unsigned long long n : {5ull, 2500ull})
             for (unsigned long long batches : {1ull, 2ull})
-                for (bool to_packed : {true, false}) {
-                    bad += check_narrow(copy_narrow_1, r, n, batches, to_packed);
-                    bad += check_narrow(copy_narrow_2, r, n, batches, to_packed);
-                    bad += check_narrow(copy_narrow_4, r, n, batches, to_packed);
-                    bad += check_narrow(copy_narrow_8, r, n, batches, to_packed);
-                    bad += check_narrow(copy_narrow_16, r, n, batches, to_packed);
+                for (int mode : {0, 1}) {
+                    bad += check_narrow(copy_narrow_1, r, n, batches, mode, r);
+                    bad += check_narrow(copy_narrow_2, r, n, batches, mode, r);
+                    bad += check_narrow(copy_narrow_4, r, n, batches, mode, r);
+                    bad += check_narrow(copy_narrow_8, r, n, batches, mode, r);
+                    bad += check_narrow(copy_narrow_16, r, n, batches, mode, r);
                     runs += 5;
                 }
+    // Packed lines with gaps between them (an exchange's slab of columns), gaps left as they were.
+    for (unsigned long long r : {3ull, 7ull, 33ull})
+        for (unsigned long long step : {r + 1, 2 * r})
+            for (unsigned long long n : {5ull, 2500ull})
+                for (int mode : {0, 1}) {
+                    bad += check_narrow(copy_narrow_1, r, n, 2, mode, step);
+                    bad += check_narrow(copy_narrow_2, r, n, 2, mode, step);
+                    bad += check_narrow(copy_narrow_4, r, n, 2, mode, step);
+                    bad += check_narrow(copy_narrow_8, r, n, 2, mode, step);
+                    bad += check_narrow(copy_narrow_16, r, n, 2, mode, step);
+                    runs += 5;
+                }
+    // Both sides packed: rows of r from lines `step` apart to lines `other` apart (an exchange's
+    // pack of a few columns), gaps on either side or both.
+    for (unsigned long long r : {2ull, 3ull, 20ull})
+        for (auto [step, other] : {std::pair{2 * r, r}, std::pair{r, r + 1}, std::pair{r + 1, 2 * r}})
+            for (unsigned long long n : {5ull, 2500ull}) {
+                bad += check_narrow(copy_narrow_1, r, n, 2, 2, step, other);
+                bad += check_narrow(copy_narrow_2, r, n, 2, 2, step, other);
+                bad += check_narrow(copy_narrow_4, r, n, 2, 2, step, other);
+                bad += check_narrow(copy_narrow_8, r, n, 2, 2, step, other);
+                bad += check_narrow(copy_narrow_16, r, n, 2, 2, step, other);
+                runs += 5;
+            }
     std::printf("%d grid copies, %d elements misplaced\n", runs, bad);
     return bad != 0;
 }

@@ -1,6 +1,7 @@
 //! Grids with a short axis that one side packs (the kernels `copy_narrow_<bytes>`): a C-order
 //! [3, 5000000] to F order, say, whose destination lines are 3 elements long, one after
-//! another. Which grids take them, and the blocks a launch takes.
+//! another; or that both sides pack, as an exchange packs 3 of a C-order [N, 6]'s columns.
+//! Which grids take them, and the blocks a launch takes.
 
 use super::across::divider;
 use super::word_elements;
@@ -18,32 +19,57 @@ fn tile_elements(elem: usize) -> usize {
 }
 
 /// A grid as `copy_narrow_<bytes>` moves it: the short axis (r elements) packed on one side,
-/// lines of it one after another; the other side's r lines of n elements, `pitch` apart.
+/// lines of it one after another, `step` apart (r, or more with gaps between); the other
+/// side's r lines of n elements, `pitch` apart (or, repacking, its packed lines `pitch`
+/// apart).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Narrow {
-    /// The first element of grid 0 on the packed side and on the lines' side.
+    /// The first element of grid 0 on the packed side and on the other.
     starts: (usize, usize),
-    /// From grid to grid on each side (packed, lines), and the grids.
+    /// From grid to grid on each side (packed, other), and the grids.
     outer: (usize, usize),
     batches: usize,
     r: usize,
     n: usize,
     pitch: usize,
-    /// Whether the destination is the packed side.
-    to_packed: bool,
+    step: usize,
+    way: Way,
     elem: usize,
+}
+
+/// Which side packs the short axis (the kernels' `mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Way {
+    /// The source packs it, the destination holds its lines.
+    Unpacks = 0,
+    /// The source holds its lines, the destination packs it.
+    Packs = 1,
+    /// Both pack it (the destination's lines `pitch` apart).
+    Repacks = 2,
+}
+
+/// Whether packed lines of r elements `step` apart move in words, gaps and all: at most twice
+/// r, or within 64 bytes.
+fn packs(r: usize, step: usize, elem: usize) -> bool {
+    step >= r && (step <= 2 * r || step * elem <= 64)
 }
 
 impl Narrow {
     /// How `g` moves packing or unpacking its short axis, where one side packs it (its other
-    /// axis's step the short axis's length) and the other holds it as lines contiguous along
-    /// the long axis: 2 elements or more, and fewer than half a side of the square kernels'
-    /// tiles (32 words: 128 elements of 1 or 2 bytes, 64 of 4 or 8, 32 of 16), which would
-    /// stand more than half empty.
+    /// axis's step the short axis's length, or up to twice that or 64 bytes: gaps a word
+    /// read takes along) and the other holds it as lines contiguous along the long axis: 2
+    /// elements or more, and fewer than half a side of the square kernels' tiles (32 words:
+    /// 128 elements of 1 or 2 bytes, 64 of 4 or 8, 32 of 16), which would stand more than
+    /// half empty.
     pub(super) fn of(g: &RunGrid, elem: usize) -> Option<Narrow> {
         if !matches!(elem, 1 | 2 | 4 | 8 | 16) || g.batches > 65535 {
             return None;
         }
+        Self::across(g, elem).or_else(|| Self::repacked(g, elem))
+    }
+
+    /// Where one side packs the short axis and the other holds it as lines.
+    fn across(g: &RunGrid, elem: usize) -> Option<Narrow> {
         // Each side: (along the short axis, along the long one). The short axis is the runs'
         // index (rows) or a run's elements (count).
         let sides = [
@@ -51,7 +77,7 @@ impl Narrow {
             (g.strides, g.step, g.count, g.rows),
         ];
         sides.into_iter().find_map(|(short, long, r, n)| {
-            let packed = |x: usize| pick(short, x) == 1 && pick(long, x) == r;
+            let packed = |x: usize| pick(short, x) == 1 && packs(r, pick(long, x), elem);
             let lines = |y: usize| pick(long, y) == 1;
             let to_packed = match (packed(0), packed(1)) {
                 (false, true) if lines(0) => true,
@@ -67,9 +93,33 @@ impl Narrow {
                 r,
                 n,
                 pitch: pick(short, y),
-                to_packed,
+                step: pick(long, x),
+                way: if to_packed { Way::Packs } else { Way::Unpacks },
                 elem,
             })
+        })
+    }
+
+    /// Where both sides pack the short axis, rows of up to 256 bytes: an exchange's pack of a
+    /// few of a wider C-order array's columns (the kernel runs [`packs`]' words through the
+    /// tile, where a block a row would move a few bytes each).
+    fn repacked(g: &RunGrid, elem: usize) -> Option<Narrow> {
+        let (r, (qs, qd)) = (g.count, g.step);
+        (g.strides == (1, 1)
+            && r >= 2
+            && r * elem <= 256
+            && packs(r, qs, elem)
+            && packs(r, qd, elem))
+        .then_some(Narrow {
+            starts: g.start,
+            outer: g.outer,
+            batches: g.batches,
+            r,
+            n: g.rows,
+            pitch: qd,
+            step: qs,
+            way: Way::Repacks,
+            elem,
         })
     }
 
@@ -87,7 +137,11 @@ impl Narrow {
 
     /// The kernels' `Narrow`, by value.
     pub(super) fn arg(&self) -> NarrowArg {
-        let (mul, shift) = divider(self.r as u64);
+        let (mul, shift) = divider(self.step as u64);
+        let (mul_o, shift_o) = match self.way {
+            Way::Repacks => divider(self.pitch as u64),
+            Way::Unpacks | Way::Packs => (0, 0),
+        };
         NarrowArg(
             [
                 self.starts.0,
@@ -98,13 +152,16 @@ impl Narrow {
                 self.r,
                 self.n,
                 self.pitch,
+                self.step,
             ]
             .map(|v| v as u64),
             [
                 mul,
                 shift,
                 u64::from(self.stretch().ilog2()),
-                u64::from(self.to_packed),
+                self.way as u64,
+                mul_o,
+                shift_o,
             ],
         )
     }
@@ -115,29 +172,45 @@ fn pick(pair: (usize, usize), x: usize) -> usize {
     if x == 0 { pair.0 } else { pair.1 }
 }
 
-/// A [`Narrow`] as the kernels take it (twelve u64s, laid out as their `Narrow`).
+/// A [`Narrow`] as the kernels take it (fifteen u64s, laid out as their `Narrow`).
 #[repr(C)]
-pub(super) struct NarrowArg([u64; 8], [u64; 4]);
+pub(super) struct NarrowArg([u64; 9], [u64; 6]);
 
-// SAFETY: twelve u64s, laid out as the kernels' `Narrow`.
+// SAFETY: fifteen u64s, laid out as the kernels' `Narrow`.
 unsafe impl cudarc::driver::DeviceRepr for NarrowArg {}
 
 #[cfg(test)]
 mod tests {
-    use super::Narrow;
+    use super::{Narrow, Way};
     use crate::backend::cuda::tests::transpose;
+    use crate::backend::work::{Run, RunGrid};
+
+    /// The first r of a C-order [n, step]'s columns to an [n, r] in F order (`f_order`) or C
+    /// order: a slab of columns as an exchange unpacks or packs it, source rows `step` apart.
+    fn columns(n: usize, r: usize, step: usize, f_order: bool) -> RunGrid {
+        let runs: Vec<Run> = (0..n)
+            .map(|i| Run {
+                src: i * step,
+                dst: if f_order { i } else { i * r },
+                count: r,
+                src_stride: 1,
+                dst_stride: if f_order { n } else { 1 },
+            })
+            .collect();
+        RunGrid::of(&runs).expect("a grid")
+    }
 
     #[test]
     fn a_short_axis_packed_on_one_side_moves_in_stretches() {
         // [3, 300000] from C to F order: the destination packs the 3 (lines 3 apart), in
         // stretches of 1024 2-byte elements.
         let pack = Narrow::of(&transpose(3, 300_000, 0), 2).expect("narrow");
-        assert!(pack.to_packed);
+        assert_eq!(pack.way, Way::Packs);
         assert_eq!((pack.r, pack.n, pack.pitch), (3, 300_000, 300_000));
         assert_eq!(pack.blocks(), (293, 1));
         // [300000, 3] from C to F order: the source packs it.
         let unpack = Narrow::of(&transpose(300_000, 3, 0), 4).expect("narrow");
-        assert!(!unpack.to_packed);
+        assert_eq!(unpack.way, Way::Unpacks);
         assert_eq!((unpack.r, unpack.n, unpack.pitch), (3, 300_000, 300_000));
         // Up to 63 bytes (tiles of 128 at most half full), in stretches that fill the tile:
         // 17 rows of 1024 bytes (16 of 2048 before the tile's last row), 63 of 256.
@@ -155,5 +228,36 @@ mod tests {
         assert!(Narrow::of(&transpose(15, 300_000, 0), 16).is_some());
         assert!(Narrow::of(&transpose(16, 300_000, 0), 16).is_none());
         assert!(Narrow::of(&transpose(1, 300_000, 0), 1).is_none());
+    }
+
+    #[test]
+    fn packed_lines_with_gaps_between_move_in_stretches_too() {
+        // Three of a C-order [300000, 6]'s columns to F order: the source's lines of 3 are 6
+        // apart (a word read takes the gaps along).
+        let half = Narrow::of(&columns(300_000, 3, 6, true), 2).expect("narrow");
+        assert_eq!(half.way, Way::Unpacks);
+        assert_eq!(
+            (half.r, half.step, half.n, half.pitch),
+            (3, 6, 300_000, 300_000)
+        );
+        // Up to twice the lines' length, or 64 bytes.
+        assert!(Narrow::of(&columns(300_000, 3, 32, true), 2).is_some());
+        assert!(Narrow::of(&columns(300_000, 3, 33, true), 2).is_none());
+        assert!(Narrow::of(&columns(300_000, 40, 80, true), 1).is_some());
+        assert!(Narrow::of(&columns(300_000, 40, 81, true), 1).is_none());
+    }
+
+    #[test]
+    fn rows_both_sides_pack_move_through_the_tile_too() {
+        // Three of a C-order [300000, 6]'s columns: rows of 3, 6 apart in the source and 3 in
+        // the destination.
+        let repack = Narrow::of(&columns(300_000, 3, 6, false), 2).expect("narrow");
+        assert_eq!(repack.way, Way::Repacks);
+        assert_eq!((repack.r, repack.step, repack.pitch), (3, 6, 3));
+        assert_eq!(repack.blocks(), (293, 1));
+        // Rows of 256 bytes at most, gaps as for one packed side.
+        assert!(Narrow::of(&columns(1000, 64, 128, false), 4).is_some());
+        assert!(Narrow::of(&columns(1000, 65, 130, false), 4).is_none());
+        assert!(Narrow::of(&columns(1000, 3, 100, false), 4).is_none());
     }
 }
