@@ -668,8 +668,9 @@ COPY_ACROSS(2tc, 2, 1, FOLD_COLS, false, COMMA 5)
 COPY_ACROSS(4tr, 4, 2, FOLD_ROWS, false, COMMA 5)
 COPY_ACROSS(4tc, 4, 2, FOLD_COLS, false, COMMA 5)
 
-// copy_narrow_<bytes>: grids with a short axis (2-63 elements) that one side packs, its lines
-// one after another, q apart (q = r, or up to 2r: lines with gaps between them), as in a C-order
+// copy_narrow_<bytes>: grids with a short axis (r: 2 elements up to 63 bytes) that one side
+// packs, its lines one after another, q apart (q = r, or up to 2r or 64 bytes: lines with gaps
+// between them), as in a C-order
 // [3, 5000000] to F order (lines of 3 elements, 12 bytes), the other side holding that axis's
 // few long lines `pitch` apart. Tiles of a square kernel would stand mostly empty, and whole
 // sectors hold several packed lines; so each block takes the next C elements (2^log_c, the
@@ -680,8 +681,9 @@ COPY_ACROSS(4tc, 4, 2, FOLD_COLS, false, COMMA 5)
 // element when written), element by element at their ends: row j of the tile holds line j's
 // element c at j * P + h_j + c, h_j the line's elements past a 16-byte boundary, so that the
 // line's words are the tile's. Where both sides pack the short axis (mode 2: an exchange's pack
-// of short rows from a wider array), the destination's lines `pitch` apart are its packed lines
-// with gaps between (the divider mul_o, shift_o for pitch), and the tile's rows unshifted.
+// of short rows, up to 256 bytes, from a wider array), the destination's lines `pitch` apart are
+// its packed lines with gaps between (the divider mul_o, shift_o for pitch), and the tile's rows
+// unshifted.
 struct Narrow {
     unsigned long long packed, lines;  // grid 0's first element on each side
     unsigned long long outer_p, outer_l, batches;  // from grid to grid (elements), the grids
