@@ -55,12 +55,9 @@ fn packs(r: usize, step: usize, elem: usize) -> bool {
 }
 
 impl Narrow {
-    /// How `g` moves packing or unpacking its short axis, where one side packs it (its other
-    /// axis's step the short axis's length, or up to twice that or 64 bytes: gaps a word
-    /// read takes along) and the other holds it as lines contiguous along the long axis: 2
-    /// elements or more, and fewer than half a side of the square kernels' tiles (32 words:
-    /// 128 elements of 1 or 2 bytes, 64 of 4 or 8, 32 of 16), which would stand more than
-    /// half empty.
+    /// How `g` moves through `copy_narrow_<bytes>`, if it does: packing or unpacking its
+    /// short axis ([`Narrow::across`]), or from one packing to another
+    /// ([`Narrow::repacked`]).
     pub(super) fn of(g: &RunGrid, elem: usize) -> Option<Narrow> {
         if !matches!(elem, 1 | 2 | 4 | 8 | 16) || g.batches > 65535 {
             return None;
@@ -68,7 +65,11 @@ impl Narrow {
         Self::across(g, elem).or_else(|| Self::repacked(g, elem))
     }
 
-    /// Where one side packs the short axis and the other holds it as lines.
+    /// Where one side packs the short axis (its other axis's step the short axis's length, or
+    /// up to twice that or 64 bytes: gaps a word read takes along) and the other holds it as
+    /// lines contiguous along the long axis: 2 elements or more, and fewer than half a side of
+    /// the square kernels' tiles (32 words: 128 elements of 1 or 2 bytes, 64 of 4 or 8, 32 of
+    /// 16), which would stand more than half empty.
     fn across(g: &RunGrid, elem: usize) -> Option<Narrow> {
         // Each side: (along the short axis, along the long one). The short axis is the runs'
         // index (rows) or a run's elements (count).
