@@ -16,6 +16,8 @@
 #include <cstring>
 #include <functional>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #define __device__
@@ -95,6 +97,12 @@ using Kernel = void (*)(const E*, E*, Grid, int, int, int, int);
 template <typename E>
 using AcrossKernel = void (*)(const E*, E*, Grid, Sweep, int);
 
+// The host's divider for `per` (src/backend/cuda/across.rs): {multiplier, shift}.
+static std::pair<unsigned long long, unsigned long long> divider(unsigned long long per) {
+    const unsigned long long shift = 64 - __builtin_clzll(per - 1) - 1;
+    return {((1ull << (32 + shift)) + per - 1) / per, shift};
+}
+
 // The host's sweep of a grid across (src/backend/cuda/across.rs): the source's `lines` of `len`
 // elements in each of `batches` grids, folded as `fold` says (0 not, 1 the lines, 2 their
 // elements) and in strips of `strip` tiles; the blocks it launches in `blocks`.
@@ -105,8 +113,8 @@ static Sweep sweep(const Grid& g, int load_q, int fold, unsigned long long strip
     Sweep s{fold == 1 ? lines * g.batches : lines, fold == 2 ? len * g.batches : len, fold ? 1 : g.batches};
     const unsigned long long per = fold == 1 ? lines : len, outer = fold == 1 ? g.outer_s : g.outer_d;
     if (fold) {
-        const unsigned long long shift = 64 - __builtin_clzll(per - 1) - 1;
-        s.per = per, s.mul = ((1ull << (32 + shift)) + per - 1) / per, s.shift = shift;
+        s.per = per;
+        std::tie(s.mul, s.shift) = divider(per);
         s.jump = ((long long)outer - (long long)(per * (fold == 1 ? ps : pd))) * (long long)sizeof(E);
     }
     s.strip = strip;
@@ -229,12 +237,6 @@ static int check_reversal(const char* name, const AcrossKernel<E> (&kernels)[3],
     return bad;
 }
 
-// The host's divider for `per` (src/backend/cuda/across.rs): {multiplier, shift}.
-static std::pair<unsigned long long, unsigned long long> divider(unsigned long long per) {
-    const unsigned long long shift = 64 - __builtin_clzll(per - 1) - 1;
-    return {((1ull << (32 + shift)) + per - 1) / per, shift};
-}
-
 // Moves `batches` grids of an r-element axis packed on one side (lines of r, `step` apart: one
 // after another, or with gaps between) and n-element lines `pitch` apart on the other, packing
 // (mode 1) or unpacking (0), with copy_narrow_<bytes>; or (mode 2) from lines of r `step` apart
@@ -281,6 +283,16 @@ static int check_narrow(void (*kernel)(const E*, E*, Narrow), unsigned long long
         std::printf("copy_narrow_%zu: r %llu (step %llu, other %llu), n %llu, %llu grids, mode %d: %d misplaced\n",
                     sizeof(E), r, step, other, n, batches, mode, bad);
     return bad;
+}
+
+// check_narrow with copy_narrow_<bytes> for each element size: the misplaced elements.
+static int check_narrow_all(unsigned long long r, unsigned long long n, unsigned long long batches, int mode,
+                            unsigned long long step, unsigned long long other = 0) {
+    return check_narrow(copy_narrow_1, r, n, batches, mode, step, other) +
+           check_narrow(copy_narrow_2, r, n, batches, mode, step, other) +
+           check_narrow(copy_narrow_4, r, n, batches, mode, step, other) +
+           check_narrow(copy_narrow_8, r, n, batches, mode, step, other) +
+           check_narrow(copy_narrow_16, r, n, batches, mode, step, other);
 }
 
 int main() {
@@ -371,11 +383,7 @@ int main() {
         for (unsigned long long n : {5ull, 2500ull})
             for (unsigned long long batches : {1ull, 2ull})
                 for (int mode : {0, 1}) {
-                    bad += check_narrow(copy_narrow_1, r, n, batches, mode, r);
-                    bad += check_narrow(copy_narrow_2, r, n, batches, mode, r);
-                    bad += check_narrow(copy_narrow_4, r, n, batches, mode, r);
-                    bad += check_narrow(copy_narrow_8, r, n, batches, mode, r);
-                    bad += check_narrow(copy_narrow_16, r, n, batches, mode, r);
+                    bad += check_narrow_all(r, n, batches, mode, r);
                     runs += 5;
                 }
     // Packed lines with gaps between them (an exchange's slab of columns), gaps left as they were.
@@ -383,11 +391,7 @@ int main() {
         for (unsigned long long step : {r + 1, 2 * r})
             for (unsigned long long n : {5ull, 2500ull})
                 for (int mode : {0, 1}) {
-                    bad += check_narrow(copy_narrow_1, r, n, 2, mode, step);
-                    bad += check_narrow(copy_narrow_2, r, n, 2, mode, step);
-                    bad += check_narrow(copy_narrow_4, r, n, 2, mode, step);
-                    bad += check_narrow(copy_narrow_8, r, n, 2, mode, step);
-                    bad += check_narrow(copy_narrow_16, r, n, 2, mode, step);
+                    bad += check_narrow_all(r, n, 2, mode, step);
                     runs += 5;
                 }
     // Both sides packed: rows of r from lines `step` apart to lines `other` apart (an exchange's
@@ -395,11 +399,7 @@ int main() {
     for (unsigned long long r : {2ull, 3ull, 20ull})
         for (auto [step, other] : {std::pair{2 * r, r}, std::pair{r, r + 1}, std::pair{r + 1, 2 * r}})
             for (unsigned long long n : {5ull, 2500ull}) {
-                bad += check_narrow(copy_narrow_1, r, n, 2, 2, step, other);
-                bad += check_narrow(copy_narrow_2, r, n, 2, 2, step, other);
-                bad += check_narrow(copy_narrow_4, r, n, 2, 2, step, other);
-                bad += check_narrow(copy_narrow_8, r, n, 2, 2, step, other);
-                bad += check_narrow(copy_narrow_16, r, n, 2, 2, step, other);
+                bad += check_narrow_all(r, n, 2, 2, step, other);
                 runs += 5;
             }
     std::printf("%d grid copies, %d elements misplaced\n", runs, bad);

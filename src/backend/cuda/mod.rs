@@ -1479,7 +1479,8 @@ impl<'a> Cuda<'a> {
         Ok(())
     }
 
-    /// A grid with a short axis packed on one side, as `narrow` takes it (see [`Narrow`]).
+    /// A grid with a short axis packed on one side or both, as `narrow` takes it (see
+    /// [`Narrow`]).
     fn copy_narrow(
         &self,
         stream: &Arc<CudaStream>,

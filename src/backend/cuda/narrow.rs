@@ -80,12 +80,12 @@ impl Narrow {
         sides.into_iter().find_map(|(short, long, r, n)| {
             let packed = |x: usize| pick(short, x) == 1 && packs(r, pick(long, x), elem);
             let lines = |y: usize| pick(long, y) == 1;
-            let to_packed = match (packed(0), packed(1)) {
-                (false, true) if lines(0) => true,
-                (true, false) if lines(1) => false,
+            // The packed side x, the lines' side y.
+            let (way, x, y) = match (packed(0), packed(1)) {
+                (false, true) if lines(0) => (Way::Packs, 1, 0),
+                (true, false) if lines(1) => (Way::Unpacks, 0, 1),
                 _ => return None,
             };
-            let (x, y) = if to_packed { (1, 0) } else { (0, 1) };
             let side = 32 * word_elements(elem).unwrap_or(1);
             (r >= 2 && 2 * r < side).then_some(Narrow {
                 starts: (pick(g.start, x), pick(g.start, y)),
@@ -95,7 +95,7 @@ impl Narrow {
                 n,
                 pitch: pick(short, y),
                 step: pick(long, x),
-                way: if to_packed { Way::Packs } else { Way::Unpacks },
+                way,
                 elem,
             })
         })
