@@ -31,8 +31,11 @@ CASES = {
     "c128-3d-512-xz": ("c128", [512, 512, 512], 0, 2),
     "c64-3d-1024-pencils-x": ("c64", [1024, 1024, 512], "pencils", 0),
     "f32-3d-1000-yx": ("f32", [1000, 1000, 1000], 1, 0),
+    # Pieces of rows of a few hundred elements (on 3 ranks, 333 and 334: off 16-byte words)
+    "f32-2d-300000x1000-xy": ("f32", [300000, 1000], 0, 1),
+    "f16-2d-200000x1001-xy": ("f16", [200000, 1001], 0, 1),
 }
-SIZE = {"f32": 4, "f64": 8, "c64": 8, "c128": 16}
+SIZE = {"f16": 2, "f32": 4, "f64": 8, "c64": 8, "c128": 16}
 
 
 def distribution(where, shape, p):

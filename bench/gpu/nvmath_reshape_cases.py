@@ -26,7 +26,7 @@ device = rank % cp.cuda.runtime.getDeviceCount()
 cp.cuda.Device(device).use()
 nvmath.distributed.initialize(device, comm, backends=["nvshmem"])
 iterations = int(sys.argv[1])
-DTYPES = {"f32": cp.float32, "f64": cp.float64, "c64": cp.complex64, "c128": cp.complex128}
+DTYPES = {"f16": cp.float16, "f32": cp.float32, "f64": cp.float64, "c64": cp.complex64, "c128": cp.complex128}
 
 
 def box(shape, where):

@@ -1,13 +1,14 @@
-// The backend's tile kernels (copy_grid_*, copy_narrow_*) run on the CPU: a host C++ compiler
-// builds the CUDA source (kernels.cu, written beside this file by the test that compiles it)
-// with the few CUDA names they use stood in for, and every block runs as 32 x 8 threads (256 x 1
-// for copy_narrow) that meet at each __syncthreads (a std::barrier). Each kernel copies grids of
+// The backend's copy kernels (copy_grid_*, copy_narrow_*, copy_rows, copy_runs) run on the CPU:
+// a host C++ compiler builds the CUDA source (kernels.cu, written beside this file by the test
+// that compiles it) with the few CUDA names they use stood in for, and every block runs as 32 x
+// 8 threads (256 x 1 for copy_narrow, copy_rows and copy_runs) that meet at each __syncthreads (a std::barrier). Each kernel copies grids of
 // every shape class (whole tiles, edges, lines shorter than a word, batches, offset starts) both
 // ways across (the shifted kernels, lines starting anywhere in a word, alongside too), and every
 // element must land where the grid says, with nothing written elsewhere (the kernels across in
 // whole destination sectors, copy_grid_<bytes>t, on larger grids too, for their inner tiles, in
 // strips, and three-axis reversals with their grids folded as the host folds them; copy_narrow
-// packing and unpacking short axes). Exit status 0 when all do.
+// packing and unpacking short axes; copy_rows and copy_runs runs contiguous on both sides from
+// and to every place in a 16-byte word, and strided ones). Exit status 0 when all do.
 #include <algorithm>
 #include <barrier>
 #include <cstdint>
@@ -30,6 +31,7 @@
 struct uint4 { unsigned int x, y, z, w; };
 struct float2 { float x, y; };
 struct double2 { double x, y; };
+inline uint4 make_uint4(unsigned int x, unsigned int y, unsigned int z, unsigned int w) { return {x, y, z, w}; }
 inline float2 make_float2(float a, float b) { return {a, b}; }
 inline double2 make_double2(double a, double b) { return {a, b}; }
 struct D3 { unsigned int x, y, z; };
@@ -295,6 +297,71 @@ static int check_narrow_all(unsigned long long r, unsigned long long n, unsigned
            check_narrow(copy_narrow_16, r, n, batches, mode, step, other);
 }
 
+// Copies `batches` grids of `rows` runs of `count` elements contiguous on both sides with
+// copy_rows, groups of 2^lanes_log threads a run in `blocks` blocks along x (fewer than the runs
+// need: groups take several); runs `count + 5` and `count + 3` elements apart start at every
+// place in a 16-byte word on each side. Returns the misplaced elements.
+template <typename E>
+static int check_rows(unsigned long long count, unsigned long long rows, unsigned long long batches, int lanes_log,
+                      unsigned blocks) {
+    Grid g{};
+    g.batches = batches, g.rows = rows, g.count = count, g.stride_s = 1, g.stride_d = 1;
+    g.start_s = 3, g.start_d = 1, g.step_s = count + 5, g.step_d = count + 3;
+    g.outer_s = g.step_s * rows + 7, g.outer_d = g.step_d * rows + 2;
+    const size_t n_s = g.start_s + batches * g.outer_s, n_d = g.start_d + batches * g.outer_d + 4;
+    E* src = (E*)std::aligned_alloc(64, (n_s * sizeof(E) + 63) / 64 * 64);
+    E* dst = (E*)std::aligned_alloc(64, (n_d * sizeof(E) + 63) / 64 * 64);
+    for (size_t k = 0; k < n_s; k++) src[k] = value<E>(k);
+    std::memset(dst, 0xa5, n_d * sizeof(E));
+    launch({blocks, (unsigned)batches, 1}, [&] {
+        copy_rows((const unsigned char*)src, (unsigned char*)dst, g, sizeof(E), lanes_log);
+    }, true);
+    const int bad = misplaced(g, src, dst, n_d);
+    if (bad)
+        std::printf("copy_rows (%zu-byte elements, %d lanes, %u blocks): %llu runs of %llu, %llu grids: %d misplaced\n",
+                    sizeof(E), 1 << lanes_log, blocks, rows, count, batches, bad);
+    std::free(src);
+    std::free(dst);
+    return bad;
+}
+
+// Copies a table of runs with copy_runs (groups of 2^lanes_log threads a run, chunks of 64 KiB
+// across `chunks` blocks along y): contiguous runs of 0 to 70000 bytes from and to every place
+// in a 16-byte word, and strided ones; returns the bytes that differ from a copy made here.
+static int check_runs(unsigned long long elem, int lanes_log, unsigned chunks) {
+    std::vector<unsigned long long> table;
+    unsigned long long s = 1, d = 6;
+    const unsigned long long counts[] = {0, 1, 3, 17, 300, 70000 / elem, 5, 1000};
+    for (int i = 0; i < 24; i++) {
+        const unsigned long long count = counts[i % 8], ss = i % 3 == 2 ? 3 : 1, ds = i % 4 == 3 ? 2 : 1;
+        table.insert(table.end(), {s, d, count, ss, ds});
+        s += count * ss + i % 5, d += count * ds + 1 + i % 7;
+    }
+    const size_t n_s = s * elem + 64, n_d = d * elem + 64, n_runs = table.size() / 5;
+    std::vector<unsigned char> src(n_s), dst(n_d, 0xa5), want(n_d, 0xa5);
+    for (size_t k = 0; k < n_s; k++) src[k] = (unsigned char)(k * 2654435761u >> 13);
+    for (size_t r = 0; r < n_runs; r++) {
+        const unsigned long long* q = &table[5 * r];
+        for (unsigned long long i = 0; i < q[2]; i++)
+            std::memcpy(&want[(q[1] + i * q[4]) * elem], &src[(q[0] + i * q[3]) * elem], elem);
+    }
+    // 16-byte aligned buffers, as the device's are.
+    unsigned char* a = (unsigned char*)std::aligned_alloc(64, (n_s + 63) / 64 * 64);
+    unsigned char* b = (unsigned char*)std::aligned_alloc(64, (n_d + 63) / 64 * 64);
+    std::memcpy(a, src.data(), n_s);
+    std::memcpy(b, dst.data(), n_d);
+    const unsigned blocks = (unsigned)std::max<size_t>(1, (n_runs << lanes_log) / 256 / 2);
+    launch({blocks, chunks, 1}, [&] { copy_runs(a, b, table.data(), n_runs, elem, lanes_log); }, true);
+    int bad = 0;
+    for (size_t k = 0; k < n_d; k++) bad += b[k] != want[k];
+    if (bad)
+        std::printf("copy_runs (%llu-byte elements, %d lanes, %u chunks): %d bytes wrong\n", elem, 1 << lanes_log,
+                    chunks, bad);
+    std::free(a);
+    std::free(b);
+    return bad;
+}
+
 int main() {
     // Whole tiles of every kernel's side, edges, a thin grid, and lines shorter than a word.
     const unsigned long long shapes[][2] = {{128, 128}, {256, 384}, {300, 260}, {132, 8}, {4, 4}, {1, 9}};
@@ -402,6 +469,23 @@ int main() {
                 bad += check_narrow_all(r, n, 2, 2, step, other);
                 runs += 5;
             }
+    // Runs contiguous on both sides, a group of threads a run: runs shorter than a word, a few
+    // words and many, each side at every place in a word, groups taking several runs.
+    for (int lanes_log : {4, 5, 6}) {
+        for (unsigned long long count : {1ull, 5ull, 16ull, 31ull, 300ull, 1500ull})
+            bad += check_rows<unsigned char>(count, 40, 2, lanes_log, 2);
+        for (unsigned long long count : {3ull, 701ull}) bad += check_rows<unsigned short>(count, 24, 1, lanes_log, 1);
+        for (unsigned long long count : {7ull, 333ull}) bad += check_rows<unsigned int>(count, 20, 2, lanes_log, 3);
+        bad += check_rows<unsigned long long>(150, 9, 1, lanes_log, 1);
+        bad += check_rows<uint4>(40, 9, 2, lanes_log, 4);
+        runs += 10;
+    }
+    // A table of runs, contiguous and strided, a warp or a block a run, in one or two chunks.
+    for (unsigned long long elem : {1ull, 2ull, 4ull, 8ull, 16ull})
+        for (auto [lanes_log, chunks] : {std::pair{5, 1u}, std::pair{8, 2u}}) {
+            bad += check_runs(elem, lanes_log, chunks);
+            runs++;
+        }
     std::printf("%d grid copies, %d elements misplaced\n", runs, bad);
     return bad != 0;
 }

@@ -39,47 +39,104 @@ use std::cell::{Cell, OnceCell, RefCell};
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
-/// The strided-copy kernel: blocks along x take runs, blocks along y 64 KiB chunks of each run,
-/// threads the elements of a chunk. Contiguous runs move 16 or 4 bytes at a time where both ends
-/// and the length allow, strided ones one whole element at a time.
+/// The strided-copy kernels. `copy_runs` takes a table of runs: groups of `lanes` threads take
+/// runs, blocks along y 64 KiB chunks of each run. `copy_rows` takes a grid of runs contiguous on
+/// both sides (see `RunGrid`), a group a run. Contiguous runs move in the destination's aligned
+/// 16-byte words, each built from the two aligned source words it straddles (`copy_bytes`), the
+/// ends byte by byte; strided runs one whole element at a time.
 const KERNELS: &str = r#"
 template <typename T>
 __device__ void copy_elems(const unsigned char* s, unsigned char* d, unsigned long long lo,
-                           unsigned long long hi, unsigned long long ss, unsigned long long ds) {
-    for (unsigned long long i = lo + threadIdx.x; i < hi; i += blockDim.x)
+                           unsigned long long hi, unsigned long long ss, unsigned long long ds,
+                           unsigned lane, unsigned lanes) {
+    for (unsigned long long i = lo + lane; i < hi; i += lanes)
         ((T*)d)[i * ds] = ((const T*)s)[i * ss];
+}
+
+// The 16 bytes starting 4 K + sh / 8 bytes into the aligned words a, b (in that order).
+template <int K>
+__device__ __forceinline__ uint4 funnel(const uint4& a, const uint4& b, unsigned sh) {
+    const unsigned u[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    return make_uint4(__funnelshift_r(u[K], u[K + 1], sh), __funnelshift_r(u[K + 1], u[K + 2], sh),
+                      __funnelshift_r(u[K + 2], u[K + 3], sh), __funnelshift_r(u[K + 3], u[K + 4], sh));
+}
+
+// n aligned destination words d from the source words a shifted by 4 K + sh / 8 bytes (K < 0:
+// not shifted), by `lanes` threads, each loading two rounds before storing them.
+template <int K>
+__device__ __forceinline__ void shifted_words(const uint4* a, uint4* d, unsigned long long n,
+                                              unsigned sh, unsigned lane, unsigned lanes) {
+    unsigned long long i = lane;
+    if constexpr (K < 0) {
+        for (; i + lanes < n; i += 2 * lanes) {
+            const uint4 x = a[i], y = a[i + lanes];
+            d[i] = x;
+            d[i + lanes] = y;
+        }
+        if (i < n) d[i] = a[i];
+    } else {
+        for (; i + lanes < n; i += 2 * lanes) {
+            const uint4 w0 = a[i], w1 = a[i + 1], w2 = a[i + lanes], w3 = a[i + lanes + 1];
+            d[i] = funnel<K>(w0, w1, sh);
+            d[i + lanes] = funnel<K>(w2, w3, sh);
+        }
+        if (i < n) d[i] = funnel<K>(a[i], a[i + 1], sh);
+    }
+}
+
+// n bytes from s to d by `lanes` (at least 16) threads: the destination's aligned 16-byte words
+// each from the aligned source words it straddles (every one holds a byte of the run, so none
+// lies outside the buffer), the ends byte by byte. A thread loads all it moves in a round before
+// it stores any: a store would hold back the later loads (the buffers may alias).
+__device__ __forceinline__ void copy_bytes(const unsigned char* s, unsigned char* d,
+                                           unsigned long long n, unsigned lane, unsigned lanes) {
+    unsigned long long h = (16 - ((unsigned long long)d & 15)) & 15;
+    if (h > n) h = n;
+    const unsigned long long words = (n - h) / 16, t = h + words * 16;
+    const bool head = lane < h, tail = t + lane < n;
+    const unsigned char hb = head ? s[lane] : 0, tb = tail ? s[t + lane] : 0;
+    const unsigned off = (unsigned long long)(s + h) & 15, sh = (off & 3) * 8;
+    const uint4* a = (const uint4*)(s + h - off);
+    uint4* w = (uint4*)(d + h);
+    if (off == 0) shifted_words<-1>(a, w, words, sh, lane, lanes);
+    else if (off < 4) shifted_words<0>(a, w, words, sh, lane, lanes);
+    else if (off < 8) shifted_words<1>(a, w, words, sh, lane, lanes);
+    else if (off < 12) shifted_words<2>(a, w, words, sh, lane, lanes);
+    else shifted_words<3>(a, w, words, sh, lane, lanes);
+    if (head) d[lane] = hb;
+    if (tail) d[t + lane] = tb;
 }
 
 extern "C" __global__ void copy_runs(const unsigned char* src, unsigned char* dst,
                                      const unsigned long long* runs, unsigned long long n_runs,
-                                     unsigned long long elem) {
+                                     unsigned long long elem, int lanes_log) {
     const unsigned long long chunk = 65536;
-    for (unsigned long long r = blockIdx.x; r < n_runs; r += gridDim.x) {
+    const unsigned lanes = 1u << lanes_log, lane = threadIdx.x & (lanes - 1),
+                   groups = blockDim.x >> lanes_log;
+    for (unsigned long long r = blockIdx.x * groups + (threadIdx.x >> lanes_log); r < n_runs;
+         r += gridDim.x * groups) {
         const unsigned long long* q = runs + 5 * r;
         const unsigned char* s = src + q[0] * elem;
         unsigned char* d = dst + q[1] * elem;
-        unsigned long long bytes = q[2] * elem;
-        bool contiguous = q[2] <= 1 || (q[3] == 1 && q[4] == 1);
+        const unsigned long long bytes = q[2] * elem;
+        const bool contiguous = q[2] <= 1 || (q[3] == 1 && q[4] == 1);
         for (unsigned long long c = blockIdx.y * chunk; c < bytes; c += gridDim.y * chunk) {
-            unsigned long long end = c + chunk < bytes ? c + chunk : bytes;
+            const unsigned long long end = c + chunk < bytes ? c + chunk : bytes;
             if (contiguous) {
-                unsigned long long a = (unsigned long long)(s + c) | (unsigned long long)(d + c) | (end - c);
-                if ((a & 15) == 0) copy_elems<uint4>(s + c, d + c, 0, (end - c) / 16, 1, 1);
-                else if ((a & 3) == 0) copy_elems<unsigned int>(s + c, d + c, 0, (end - c) / 4, 1, 1);
-                else copy_elems<unsigned char>(s + c, d + c, 0, end - c, 1, 1);
-            } else {
-                unsigned long long lo = c / elem, hi = end / elem;
-                switch (elem) {
-                case 1: copy_elems<unsigned char>(s, d, lo, hi, q[3], q[4]); break;
-                case 2: copy_elems<unsigned short>(s, d, lo, hi, q[3], q[4]); break;
-                case 4: copy_elems<unsigned int>(s, d, lo, hi, q[3], q[4]); break;
-                case 8: copy_elems<unsigned long long>(s, d, lo, hi, q[3], q[4]); break;
-                case 16: copy_elems<uint4>(s, d, lo, hi, q[3], q[4]); break;
-                default:
-                    for (unsigned long long t = c + threadIdx.x; t < end; t += blockDim.x) {
-                        unsigned long long i = t / elem, b = t % elem;
-                        d[i * q[4] * elem + b] = s[i * q[3] * elem + b];
-                    }
+                copy_bytes(s + c, d + c, end - c, lane, lanes);
+                continue;
+            }
+            const unsigned long long lo = c / elem, hi = end / elem;
+            switch (elem) {
+            case 1: copy_elems<unsigned char>(s, d, lo, hi, q[3], q[4], lane, lanes); break;
+            case 2: copy_elems<unsigned short>(s, d, lo, hi, q[3], q[4], lane, lanes); break;
+            case 4: copy_elems<unsigned int>(s, d, lo, hi, q[3], q[4], lane, lanes); break;
+            case 8: copy_elems<unsigned long long>(s, d, lo, hi, q[3], q[4], lane, lanes); break;
+            case 16: copy_elems<uint4>(s, d, lo, hi, q[3], q[4], lane, lanes); break;
+            default:
+                for (unsigned long long t = c + lane; t < end; t += lanes) {
+                    const unsigned long long i = t / elem, b = t % elem;
+                    d[i * q[4] * elem + b] = s[i * q[3] * elem + b];
                 }
             }
         }
@@ -99,6 +156,20 @@ struct Grid {
     unsigned long long start_s, start_d, batches, outer_s, outer_d, rows, step_s, step_d, count,
         stride_s, stride_d;
 };
+
+// A grid of runs contiguous on both sides (strides 1), a group of `lanes` threads a run (blocks
+// along x the runs of a grid, along y the grids), as `copy_bytes` moves them.
+extern "C" __global__ void copy_rows(const unsigned char* src, unsigned char* dst, Grid g,
+                                     unsigned long long elem, int lanes_log) {
+    const unsigned lanes = 1u << lanes_log, lane = threadIdx.x & (lanes - 1);
+    const unsigned long long first = (blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x) >> lanes_log,
+                             every = (gridDim.x * (unsigned long long)blockDim.x) >> lanes_log,
+                             n = g.count * elem;
+    for (unsigned long long b = blockIdx.y; b < g.batches; b += gridDim.y)
+        for (unsigned long long r = first; r < g.rows; r += every)
+            copy_bytes(src + (g.start_s + b * g.outer_s + r * g.step_s) * elem,
+                       dst + (g.start_d + b * g.outer_d + r * g.step_d) * elem, n, lane, lanes);
+}
 
 // Element v of a word of V elements, and the word with element v or'd in: shifts, and for two
 // 8-byte elements in a 16-byte word (uint4) its halves.
@@ -942,6 +1013,29 @@ struct GridArg([u64; 11]);
 // SAFETY: eleven u64s, laid out as the kernels' `Grid`.
 unsafe impl cudarc::driver::DeviceRepr for GridArg {}
 
+impl GridArg {
+    fn of(g: &RunGrid) -> Self {
+        let fields = [
+            g.start.0,
+            g.start.1,
+            g.batches,
+            g.outer.0,
+            g.outer.1,
+            g.rows,
+            g.step.0,
+            g.step.1,
+            g.count,
+            g.strides.0,
+            g.strides.1,
+        ];
+        GridArg(fields.map(|x| x as u64))
+    }
+}
+
+/// The longest runs (in bytes) that a warp or two of the copy kernels take each; longer ones
+/// take a block each 64 KiB.
+const ROWS_MOST: usize = 16384;
+
 /// The parts of a start-up and their times.
 struct Clock {
     laps: Vec<(&'static str, f64)>,
@@ -1024,6 +1118,7 @@ fn versions(nvshmem: Option<String>) -> String {
 /// The NVRTC kernels of the backend, compiled once per rank.
 struct Kernels {
     copy: CudaFunction,
+    copy_rows: CudaFunction,
     /// copy_grid_<bytes> for elements of 1, 2, 4, 8 and 16 bytes, in that order.
     copy_grid: [CudaFunction; 5],
     /// copy_grid_1w and copy_grid_8w: 1- and 8-byte elements in words.
@@ -1063,6 +1158,7 @@ impl Kernels {
         let module = load_module(ctx, source, opts, "the backend's kernels")?;
         Ok(Kernels {
             copy: module.load_function("copy_runs")?,
+            copy_rows: module.load_function("copy_rows")?,
             copy_grid: {
                 let grid = |bytes: usize| module.load_function(&format!("copy_grid_{bytes}"));
                 [grid(1)?, grid(2)?, grid(4)?, grid(8)?, grid(16)?]
@@ -1450,6 +1546,29 @@ impl<'a> Cuda<'a> {
         self.copy_grid_at(self.st(), ptrs, g, elem)
     }
 
+    /// A grid of runs contiguous on both sides, with copy_rows: a warp a run (two for runs of
+    /// 4 KiB or more).
+    fn copy_rows(&self, src: &DevBuf, dst: &mut DevBuf, g: &RunGrid, elem: usize) -> Result<()> {
+        let (s, d) = (self.ptr(src), self.ptr(dst));
+        let lanes_log: i32 = if g.count * elem >= 4096 { 6 } else { 5 };
+        let cfg = LaunchConfig {
+            grid_dim: (
+                (g.rows << lanes_log).div_ceil(256).clamp(1, 1 << 30) as u32,
+                g.batches.clamp(1, 65535) as u32,
+                1,
+            ),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let grid = GridArg::of(g);
+        let elem = elem as u64;
+        let mut launch = self.st().launch_builder(&self.kernels.copy_rows);
+        launch.arg(&s).arg(&d).arg(&grid).arg(&elem).arg(&lanes_log);
+        // SAFETY: the grid's runs stay inside both buffers (their callers size them).
+        unsafe { launch.launch(cfg) }?;
+        Ok(())
+    }
+
     /// A grid of 1-, 2- or 4-byte elements across in whole destination sectors, as `sweep`
     /// takes it (see [`Sweep`]), a block a tile.
     fn copy_across(
@@ -1512,22 +1631,7 @@ impl<'a> Cuda<'a> {
         g: &RunGrid,
         elem: usize,
     ) -> Result<()> {
-        let grid = GridArg(
-            [
-                g.start.0,
-                g.start.1,
-                g.batches,
-                g.outer.0,
-                g.outer.1,
-                g.rows,
-                g.step.0,
-                g.step.1,
-                g.count,
-                g.strides.0,
-                g.strides.1,
-            ]
-            .map(|x| x as u64),
-        );
+        let grid = GridArg::of(g);
         // Along the runs where they follow each other and a run's elements do not.
         let load_q = i32::from(along_runs(g.step.0, g.strides.0));
         let store_q = i32::from(along_runs(g.step.1, g.strides.1));
@@ -1953,20 +2057,30 @@ impl Backend for Cuda<'_> {
             return Ok(());
         }
         let derived = runs.derived();
-        // Grids, but those of rows along both sides (a block of the runs' kernel a row) unless
-        // short, where a block a row would move a few bytes.
-        if let Some(grid) = derived
-            .grid
-            .filter(|g| g.strides != (1, 1) || g.count * elem <= 256)
-            && matches!(elem, 1 | 2 | 4 | 8 | 16)
-        {
-            return self.copy_grid(src, dst, &grid, elem);
+        // Grids: rows contiguous on both sides to the rows' kernel (those of at most 256 bytes
+        // to the tile kernels, which take many rows a block), unless so long that a block a
+        // 64 KiB chunk of the runs' kernel keeps more in flight.
+        if let Some(grid) = derived.grid.filter(|_| matches!(elem, 1 | 2 | 4 | 8 | 16)) {
+            let bytes = grid.count * elem;
+            if grid.strides != (1, 1) || bytes <= 256 {
+                return self.copy_grid(src, dst, &grid, elem);
+            }
+            if bytes <= ROWS_MOST {
+                return self.copy_rows(src, dst, &grid, elem);
+            }
         }
         let table = self.keyed_table((derived.key, runs.len() * 5), || runs.table())?;
-        let chunks = (derived.longest * elem).div_ceil(65536).clamp(1, 1024) as u32;
+        let longest = derived.longest * elem;
+        let chunks = longest.div_ceil(65536).clamp(1, 1024) as u32;
+        // A warp a run where runs are short, else a block.
+        let lanes_log: i32 = if longest <= ROWS_MOST { 5 } else { 8 };
         let (n, elem) = (runs.len() as u64, elem as u64);
         let cfg = LaunchConfig {
-            grid_dim: (runs.len().min(65535) as u32, chunks, 1),
+            grid_dim: (
+                (runs.len() << lanes_log).div_ceil(256).min(65535) as u32,
+                chunks,
+                1,
+            ),
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
@@ -1976,7 +2090,8 @@ impl Backend for Cuda<'_> {
             .arg(&mut *dst.data)
             .arg(&table)
             .arg(&n)
-            .arg(&elem);
+            .arg(&elem)
+            .arg(&lanes_log);
         // SAFETY: the runs stay inside both buffers (the exchange plans size them).
         unsafe { launch.launch(cfg) }?;
         Ok(())
@@ -2496,12 +2611,12 @@ mod tests {
         assert!(!shifted_words(&strided, 2));
     }
 
-    /// The tile kernels move every element of every kind of grid to its place and nothing
-    /// elsewhere, run on the CPU: the host's C++ compiler (build-essential's, C++20) builds
-    /// their source with the few CUDA names they use stood in for (emulate_tiles.cpp), every
-    /// block's 256 threads meeting at each `__syncthreads`.
+    /// The copy kernels (tiles, rows, runs) move every element of every kind of grid or table
+    /// to its place and nothing elsewhere, run on the CPU: the host's C++ compiler
+    /// (build-essential's, C++20) builds their source with the few CUDA names they use stood
+    /// in for (emulate_tiles.cpp), every block's 256 threads meeting at each `__syncthreads`.
     #[test]
-    fn tile_kernels_move_every_element_emulated_on_the_cpu() {
+    fn copy_kernels_move_every_element_emulated_on_the_cpu() {
         let dir = std::env::temp_dir().join(format!("distrun-tiles-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("a scratch directory");
         std::fs::write(dir.join("kernels.cu"), super::KERNELS).expect("writing the kernels");
@@ -2532,7 +2647,7 @@ mod tests {
         let out = String::from_utf8_lossy(&ran.stdout);
         assert!(ran.status.success(), "{out}");
         assert!(
-            out.contains("1134 grid copies, 0 elements misplaced"),
+            out.contains("1174 grid copies, 0 elements misplaced"),
             "{out}"
         );
     }
