@@ -1,6 +1,7 @@
 """Redistributions on several GPUs: distrun's `redistribute` between slabs and pencils on P GPUs
 against nvmath-python's distributed reshape (cuFFTMp's reshape through NVSHMEM, the same boxes
-on the symmetric heap), in the same command.
+on the symmetric heap), in the same command; and to and from 2-D block-cyclic, which the peer
+does not take (its column says `-`).
 
     python bench/gpu/multi_gpu_redistribute.py [--bin target/release/distrun] [--ranks 2 4]
                                                [--cases f32-2d-16384-xy ...] [--iterations 10]
@@ -23,7 +24,8 @@ import nvmath_peer
 from multi_gpu_fft import pencils
 from one_gpu import ENV, first_step, multi_gpu_arguments
 
-# name: (dtype, global shape, from, to): a slab axis, or "pencils" (boxes over a 2 x P/2 grid)
+# name: (dtype, global shape, from, to): a slab axis, "pencils" (boxes over a 2 x P/2 grid), or
+# a distribution as the spec writes it
 CASES = {
     "f32-2d-16384-xy": ("f32", [16384, 16384], 0, 1),
     "f64-2d-12289-xy": ("f64", [12289, 12289], 0, 1),
@@ -34,11 +36,18 @@ CASES = {
     # Pieces of rows of a few hundred elements (on 3 ranks, 333 and 334: off 16-byte words)
     "f32-2d-300000x1000-xy": ("f32", [300000, 1000], 0, 1),
     "f16-2d-200000x1001-xy": ("f16", [200000, 1001], 0, 1),
+    # To and from 2-D block-cyclic (the process grid distrun picks; no peer: nvmath's reshape
+    # takes boxes)
+    "f64-2d-8192-x-bc64": ("f64", [8192, 8192], 0, "{ block_cyclic = { blocks = [64, 64] } }"),
+    "f16-2d-16384-bc128-x": ("f16", [16384, 16384], "{ block_cyclic = { blocks = [128, 128] } }", 0),
 }
 SIZE = {"f16": 2, "f32": 4, "f64": 8, "c64": 8, "c128": 16}
 
 
 def distribution(where, shape, p):
+    """A slab axis, `pencils`, or a distribution written out."""
+    if str(where).startswith("{"):
+        return where
     return pencils(shape, p) if where == "pencils" else f"{{ slab = {where} }}"
 
 
