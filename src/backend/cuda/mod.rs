@@ -15,6 +15,7 @@ mod narrow;
 pub mod nvshmem;
 mod peer_copy;
 pub mod probe;
+mod route;
 mod window;
 pub mod window_puts;
 
@@ -34,6 +35,7 @@ use cudarc::driver::{
 };
 use cudarc::nccl::{result as nccl, sys as nccl_sys};
 use narrow::Narrow;
+use route::{Route, route};
 use std::borrow::Cow;
 use std::cell::{Cell, OnceCell, RefCell};
 use std::mem::ManuallyDrop;
@@ -1032,10 +1034,6 @@ impl GridArg {
     }
 }
 
-/// The longest runs (in bytes) that a warp or two of the copy kernels take each; longer ones
-/// take a block each 64 KiB.
-const ROWS_MOST: usize = 16384;
-
 /// The parts of a start-up and their times.
 struct Clock {
     laps: Vec<(&'static str, f64)>,
@@ -1546,11 +1544,16 @@ impl<'a> Cuda<'a> {
         self.copy_grid_at(self.st(), ptrs, g, elem)
     }
 
-    /// A grid of runs contiguous on both sides, with copy_rows: a warp a run (two for runs of
-    /// 4 KiB or more).
-    fn copy_rows(&self, src: &DevBuf, dst: &mut DevBuf, g: &RunGrid, elem: usize) -> Result<()> {
+    /// A grid of runs contiguous on both sides, with copy_rows: 2^lanes_log threads a run.
+    fn copy_rows(
+        &self,
+        src: &DevBuf,
+        dst: &mut DevBuf,
+        g: &RunGrid,
+        elem: usize,
+        lanes_log: i32,
+    ) -> Result<()> {
         let (s, d) = (self.ptr(src), self.ptr(dst));
-        let lanes_log: i32 = if g.count * elem >= 4096 { 6 } else { 5 };
         let cfg = LaunchConfig {
             grid_dim: (
                 (g.rows << lanes_log).div_ceil(256).clamp(1, 1 << 30) as u32,
@@ -2040,40 +2043,26 @@ impl Backend for Cuda<'_> {
         runs: &Runs,
         elem: usize,
     ) -> Result<()> {
-        if runs.is_empty() {
-            return Ok(());
-        }
-        // One contiguous run goes to the copy engines; several runs to the kernel, which moved
-        // MiB-sized runs 2-3x faster than a copy-engine copy per run (bench/RESULTS.md, FFT
-        // transposes) and leaves the copy engines to puts.
-        if let [r] = &runs[..]
-            && (r.count <= 1 || (r.src_stride == 1 && r.dst_stride == 1))
-        {
-            if r.count > 0 {
-                let (s, d, n) = (r.src * elem, r.dst * elem, r.count * elem);
+        let (lanes_log, chunks) = match route(runs, elem) {
+            Route::Nothing => return Ok(()),
+            Route::Engines {
+                src: s,
+                dst: d,
+                count,
+            } => {
+                let (s, d, n) = (s * elem, d * elem, count * elem);
                 self.st()
                     .memcpy_dtod(&src.data.slice(s..s + n), &mut dst.data.slice_mut(d..d + n))?;
+                return Ok(());
             }
-            return Ok(());
-        }
+            Route::Tiles(grid) => return self.copy_grid(src, dst, &grid, elem),
+            Route::Rows { grid, lanes_log } => {
+                return self.copy_rows(src, dst, &grid, elem, lanes_log);
+            }
+            Route::Table { lanes_log, chunks } => (lanes_log, chunks),
+        };
         let derived = runs.derived();
-        // Grids: rows contiguous on both sides to the rows' kernel (those of at most 256 bytes
-        // to the tile kernels, which take many rows a block), unless so long that a block a
-        // 64 KiB chunk of the runs' kernel keeps more in flight.
-        if let Some(grid) = derived.grid.filter(|_| matches!(elem, 1 | 2 | 4 | 8 | 16)) {
-            let bytes = grid.count * elem;
-            if grid.strides != (1, 1) || bytes <= 256 {
-                return self.copy_grid(src, dst, &grid, elem);
-            }
-            if bytes <= ROWS_MOST {
-                return self.copy_rows(src, dst, &grid, elem);
-            }
-        }
         let table = self.keyed_table((derived.key, runs.len() * 5), || runs.table())?;
-        let longest = derived.longest * elem;
-        let chunks = longest.div_ceil(65536).clamp(1, 1024) as u32;
-        // A warp a run where runs are short, else a block.
-        let lanes_log: i32 = if longest <= ROWS_MOST { 5 } else { 8 };
         let (n, elem) = (runs.len() as u64, elem as u64);
         let cfg = LaunchConfig {
             grid_dim: (

@@ -1,0 +1,160 @@
+//! Which kernel moves a plan's runs (`Cuda::copy_runs`): the copy engines, the tile kernels, the
+//! rows' kernel or the runs' kernel over a table, decided on the host from the runs alone.
+
+use crate::backend::work::{RunGrid, Runs};
+
+/// The longest runs (in bytes) that a warp or two of the copy kernels take each; longer ones
+/// take a block each 64 KiB, which keeps more in flight for few runs.
+const ROWS_MOST: usize = 16384;
+
+/// Grid rows contiguous on both sides up to this many bytes go to the tile kernels, which take
+/// many rows a block (`copy_narrow`'s repack, or square tiles); longer ones a warp a row.
+const TILE_ROWS_MOST: usize = 256;
+
+/// How `copy_runs` moves a list of runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Route {
+    /// Nothing to move.
+    Nothing,
+    /// One contiguous run (elements `src..`, `dst..`, `count`): the copy engines. Several runs go
+    /// to a kernel, which moved MiB-sized runs 2-3x faster than a copy-engine copy per run
+    /// (bench/RESULTS.md, FFT transposes) and leaves the copy engines to puts.
+    Engines {
+        src: usize,
+        dst: usize,
+        count: usize,
+    },
+    /// A grid, to the tile kernels (`copy_grid`: narrow, across or in square tiles).
+    Tiles(RunGrid),
+    /// A grid of rows contiguous on both sides, of more than [`TILE_ROWS_MOST`] bytes up to
+    /// [`ROWS_MOST`]: `copy_rows`, 2^lanes_log threads a row (two warps from 4 KiB).
+    Rows { grid: RunGrid, lanes_log: i32 },
+    /// The table of runs: `copy_runs`, 2^lanes_log threads a run (a warp where runs are at
+    /// most [`ROWS_MOST`] bytes, else a block), `chunks` blocks along each run's 64 KiB chunks.
+    Table { lanes_log: i32, chunks: u32 },
+}
+
+/// The route of `runs` of `elem`-byte elements.
+pub(super) fn route(runs: &Runs, elem: usize) -> Route {
+    match &runs[..] {
+        [] => return Route::Nothing,
+        [r] if r.count <= 1 || (r.src_stride == 1 && r.dst_stride == 1) => {
+            return if r.count == 0 {
+                Route::Nothing
+            } else {
+                Route::Engines {
+                    src: r.src,
+                    dst: r.dst,
+                    count: r.count,
+                }
+            };
+        }
+        _ => {}
+    }
+    let derived = runs.derived();
+    if let Some(grid) = derived.grid.filter(|_| matches!(elem, 1 | 2 | 4 | 8 | 16)) {
+        let bytes = grid.count * elem;
+        if grid.strides != (1, 1) || bytes <= TILE_ROWS_MOST {
+            return Route::Tiles(grid);
+        }
+        if bytes <= ROWS_MOST {
+            let lanes_log = if bytes >= 4096 { 6 } else { 5 };
+            return Route::Rows { grid, lanes_log };
+        }
+    }
+    let longest = derived.longest * elem;
+    Route::Table {
+        lanes_log: if longest <= ROWS_MOST { 5 } else { 8 },
+        chunks: longest.div_ceil(65536).clamp(1, 1024) as u32,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::work::Run;
+
+    /// `rows` runs of `count` elements, `step` apart on each side, at `strides`.
+    fn grid(rows: usize, count: usize, step: (usize, usize), strides: (usize, usize)) -> Runs {
+        let runs: Vec<Run> = (0..rows)
+            .map(|j| Run {
+                src: j * step.0,
+                dst: j * step.1,
+                count,
+                src_stride: strides.0,
+                dst_stride: strides.1,
+            })
+            .collect();
+        runs.into()
+    }
+
+    #[test]
+    fn one_contiguous_run_goes_to_the_copy_engines_and_none_nowhere() {
+        let one = grid(1, 1000, (0, 0), (1, 1));
+        let want = Route::Engines {
+            src: 0,
+            dst: 0,
+            count: 1000,
+        };
+        assert_eq!(route(&one, 4), want);
+        assert_eq!(route(&grid(0, 5, (5, 5), (1, 1)), 4), Route::Nothing);
+        // One strided run is no copy-engine copy.
+        let strided = grid(1, 1000, (0, 0), (2, 1));
+        assert!(matches!(
+            route(&strided, 4),
+            Route::Table { lanes_log: 5, .. }
+        ));
+    }
+
+    #[test]
+    fn rows_contiguous_on_both_sides_go_by_their_bytes() {
+        // A 3-rank pack of a u8 [N, 1000]'s columns: 334-byte rows, a warp each.
+        let pack = grid(400, 334, (1000, 334), (1, 1));
+        assert!(matches!(route(&pack, 1), Route::Rows { lanes_log: 5, .. }));
+        // Up to 256 bytes the tile kernels take many rows a block; from 4 KiB two warps a row.
+        assert!(matches!(
+            route(&grid(400, 64, (100, 64), (1, 1)), 4),
+            Route::Tiles(_)
+        ));
+        assert!(matches!(
+            route(&grid(400, 65, (100, 65), (1, 1)), 4),
+            Route::Rows { .. }
+        ));
+        let wide = grid(40, 1024, (3000, 1024), (1, 1));
+        assert!(matches!(route(&wide, 4), Route::Rows { lanes_log: 6, .. }));
+        // Past 16 KiB a block a 64 KiB chunk of each run.
+        let long = grid(40, 100_000, (300_000, 100_000), (1, 1));
+        assert_eq!(
+            route(&long, 4),
+            Route::Table {
+                lanes_log: 8,
+                chunks: 7
+            }
+        );
+    }
+
+    #[test]
+    fn transposes_go_to_the_tiles_and_irregular_runs_to_the_table() {
+        // C -> F of a 300 x 500 f32: runs along the source's rows, strided in the destination.
+        let transpose = grid(300, 500, (500, 1), (1, 300));
+        assert!(matches!(route(&transpose, 4), Route::Tiles(_)));
+        // Runs of unequal lengths make no grid: a warp a run.
+        let runs: Vec<Run> = [(0, 0, 300), (400, 300, 17), (1000, 317, 5000)]
+            .into_iter()
+            .map(|(src, dst, count)| Run {
+                src,
+                dst,
+                count,
+                src_stride: 1,
+                dst_stride: 1,
+            })
+            .collect();
+        assert_eq!(
+            route(&runs.into(), 2),
+            Route::Table {
+                lanes_log: 5,
+                chunks: 1
+            }
+        );
+    }
+}
