@@ -7,8 +7,9 @@
 // element must land where the grid says, with nothing written elsewhere (the kernels across in
 // whole destination sectors, copy_grid_<bytes>t, on larger grids too, for their inner tiles, in
 // strips, and three-axis reversals with their grids folded as the host folds them; copy_narrow
-// packing and unpacking short axes; copy_rows and copy_runs runs contiguous on both sides from
-// and to every place in a 16-byte word, and strided ones). Exit status 0 when all do.
+// packing and unpacking short axes; copy_gapped few rows with gaps between grids; copy_rows and
+// copy_runs runs contiguous on both sides from and to every place in a 16-byte word, and strided
+// ones). Exit status 0 when all do.
 #include <algorithm>
 #include <barrier>
 #include <cstdint>
@@ -311,6 +312,32 @@ static int check_narrow_all(unsigned long long r, unsigned long long n, unsigned
            check_narrow(copy_narrow_16, r, n, batches, mode, step, other);
 }
 
+// Copies `batches` grids of `rows` short destination lines (step 1), `gap` elements between one
+// grid's and the next's, each row a run of `count` elements read along the source (stride 1),
+// with copy_gapped_<bytes>, launched as the host does (a block per 32 of a run's elements and
+// 64 folded rows; `fewer` launches fewer along each axis, so that blocks loop). Returns the
+// misplaced elements.
+template <typename E>
+static int check_gapped(void (*kernel)(const E*, E*, Grid), unsigned long long rows, unsigned long long batches,
+                        unsigned long long gap, unsigned long long count, bool fewer) {
+    Grid g{};
+    g.batches = batches, g.rows = rows, g.count = count;
+    g.start_s = 3, g.start_d = 1;
+    g.step_s = count + 5, g.outer_s = rows * g.step_s + 2, g.stride_s = 1;
+    g.step_d = 1, g.outer_d = rows + gap, g.stride_d = batches * g.outer_d + 1;
+    const size_t n_s = g.start_s + batches * g.outer_s, n_d = g.start_d + count * g.stride_d + 4;
+    std::vector<E> src(n_s), dst(n_d);
+    for (size_t k = 0; k < n_s; k++) src[k] = value<E>(k);
+    std::memset(dst.data(), 0xa5, n_d * sizeof(E));
+    const unsigned x = (unsigned)((count + 31) / 32), y = (unsigned)((rows * batches + 63) / 64);
+    launch({fewer ? (x + 1) / 2 : x, fewer ? (y + 1) / 2 : y, 1}, [&] { kernel(src.data(), dst.data(), g); });
+    const int bad = misplaced(g, src.data(), dst.data(), n_d);
+    if (bad)
+        std::printf("copy_gapped_%zu: %llu rows, %llu grids, gaps of %llu, runs of %llu%s: %d misplaced\n", sizeof(E),
+                    rows, batches, gap, count, fewer ? ", blocks looping" : "", bad);
+    return bad;
+}
+
 // Copies `batches` grids of `rows` runs of `count` elements contiguous on both sides with
 // copy_rows, groups of 2^lanes_log threads a run in `blocks` blocks along x (fewer than the runs
 // need: groups take several); runs `count + 5` and `count + 3` elements apart start at every
@@ -494,6 +521,18 @@ int main() {
         bad += check_rows<uint4>(40, 9, 2, lanes_log, 4);
         runs += 10;
     }
+    // Few rows with gaps between grids: folded lines whole and cut at a tile's edge, runs
+    // shorter than a tile and longer, every element size; blocks looping over tiles.
+    for (auto [rows, batches, gap] : {std::tuple{4ull, 40ull, 3ull}, std::tuple{3ull, 23ull, 4ull}, std::tuple{1ull, 70ull, 1ull}})
+        for (unsigned long long count : {5ull, 70ull}) {
+            const bool fewer = rows == 3;
+            bad += check_gapped(copy_gapped_1, rows, batches, gap, count, fewer) +
+                   check_gapped(copy_gapped_2, rows, batches, gap, count, fewer) +
+                   check_gapped(copy_gapped_4, rows, batches, gap, count, fewer) +
+                   check_gapped(copy_gapped_8, rows, batches, gap, count, fewer) +
+                   check_gapped(copy_gapped_16, rows, batches, gap, count, fewer);
+            runs += 5;
+        }
     // A table of runs, contiguous and strided, a warp or a block a run, in one or two chunks.
     for (unsigned long long elem : {1ull, 2ull, 4ull, 8ull, 16ull})
         for (auto [lanes_log, chunks] : {std::pair{5, 1u}, std::pair{8, 2u}}) {
