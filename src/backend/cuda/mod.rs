@@ -895,16 +895,18 @@ __device__ __forceinline__ void narrow(const T* s, T* d, const Narrow& a) {
     }
 }
 
-#define COPY_NARROW(NAME, T)                                                                     \
-    extern "C" __global__ void __launch_bounds__(256) copy_narrow_##NAME(const T* s, T* d,       \
-                                                                         Narrow a) {             \
-        narrow<T>(s, d, a);                                                                      \
+// NAME_<bytes> for elements of 1, 2, 4, 8 and 16 bytes: FN<T>(s, d, a), `a` an A by value.
+#define BY_SIZE_ONE(NAME, FN, A, BYTES, T)                                                       \
+    extern "C" __global__ void __launch_bounds__(256) NAME##_##BYTES(const T* s, T* d, A a) {  \
+        FN<T>(s, d, a);                                                                          \
     }
-COPY_NARROW(1, unsigned char)
-COPY_NARROW(2, unsigned short)
-COPY_NARROW(4, unsigned int)
-COPY_NARROW(8, unsigned long long)
-COPY_NARROW(16, uint4)
+#define BY_SIZE(NAME, FN, A)                                                                     \
+    BY_SIZE_ONE(NAME, FN, A, 1, unsigned char)                                                   \
+    BY_SIZE_ONE(NAME, FN, A, 2, unsigned short)                                                  \
+    BY_SIZE_ONE(NAME, FN, A, 4, unsigned int)                                                    \
+    BY_SIZE_ONE(NAME, FN, A, 8, unsigned long long)                                              \
+    BY_SIZE_ONE(NAME, FN, A, 16, uint4)
+BY_SIZE(copy_narrow, narrow, Narrow)
 
 // A batch of grids whose few rows are short destination lines (step 1) with gaps between grids
 // (the destination's outer step more than the rows), read along the runs' elements (source
@@ -949,16 +951,7 @@ __device__ __forceinline__ void gapped(const T* s, T* d, const Grid& g) {
     }
 }
 
-#define COPY_GAPPED(NAME, T)                                                                     \
-    extern "C" __global__ void __launch_bounds__(256) copy_gapped_##NAME(const T* s, T* d,       \
-                                                                         Grid g) {               \
-        gapped<T>(s, d, g);                                                                      \
-    }
-COPY_GAPPED(1, unsigned char)
-COPY_GAPPED(2, unsigned short)
-COPY_GAPPED(4, unsigned int)
-COPY_GAPPED(8, unsigned long long)
-COPY_GAPPED(16, uint4)
+BY_SIZE(copy_gapped, gapped, Grid)
 
 // The product over `ranks` gathered arrays of n complex values (float2 or double2), elements
 // first..first + count, in rank order, in double precision.
