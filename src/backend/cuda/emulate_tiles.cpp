@@ -1,15 +1,16 @@
-// The backend's copy kernels (copy_grid_*, copy_narrow_*, copy_rows, copy_runs) run on the CPU:
-// a host C++ compiler builds the CUDA source (kernels.cu, written beside this file by the test
-// that compiles it) with the few CUDA names they use stood in for, and every block runs as 32 x
-// 8 threads (256 x 1 for copy_narrow, copy_rows and copy_runs) that meet at each __syncthreads (a std::barrier). Each kernel copies grids of
-// every shape class (whole tiles, edges, lines shorter than a word, batches, offset starts) both
-// ways across (the shifted kernels, lines starting anywhere in a word, alongside too), and every
-// element must land where the grid says, with nothing written elsewhere (the kernels across in
-// whole destination sectors, copy_grid_<bytes>t, on larger grids too, for their inner tiles, in
-// strips, and three-axis reversals with their grids folded as the host folds them; copy_narrow
-// packing and unpacking short axes; copy_gapped few rows with gaps between grids; copy_rows and
-// copy_runs runs contiguous on both sides from and to every place in a 16-byte word, and strided
-// ones). Exit status 0 when all do.
+// The backend's copy kernels (copy_grid_*, copy_narrow_*, copy_gapped_*, copy_rows, copy_runs)
+// run on the CPU: a host C++ compiler builds the CUDA source (kernels.cu, written beside this
+// file by the test that compiles it) with the few CUDA names they use stood in for, and every
+// block runs as 32 x 8 threads (256 x 1 for copy_narrow, copy_rows and copy_runs) that meet at
+// each __syncthreads (a std::barrier). Each kernel copies grids of every shape class (whole
+// tiles, edges, lines shorter than a word, batches, offset starts) both ways across (the shifted
+// kernels, lines starting anywhere in a word, alongside too), and every element must land where
+// the grid says, with nothing written elsewhere (the kernels across in whole destination
+// sectors, copy_grid_<bytes>t, on larger grids too, for their inner tiles, in strips, and
+// three-axis reversals with their grids folded as the host folds them; copy_narrow packing and
+// unpacking short axes; copy_gapped few rows with gaps between grids; copy_rows and copy_runs
+// runs contiguous on both sides from and to every place in a 16-byte word, and strided ones).
+// Exit status 0 when all do.
 #include <algorithm>
 #include <barrier>
 #include <cstdint>
