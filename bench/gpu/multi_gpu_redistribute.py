@@ -1,7 +1,7 @@
 """Redistributions on several GPUs: distrun's `redistribute` between slabs and pencils on P GPUs
 against nvmath-python's distributed reshape (cuFFTMp's reshape through NVSHMEM, the same boxes
-on the symmetric heap), in the same command; and to and from 2-D block-cyclic, which the peer
-does not take (its column says `-`).
+on the symmetric heap), in the same command; and to and from 2-D block-cyclic, and with a change
+between C and F order, which the peer does not take (its column says `-`).
 
     python bench/gpu/multi_gpu_redistribute.py [--bin target/release/distrun] [--ranks 2 4]
                                                [--cases f32-2d-16384-xy ...] [--iterations 10]
@@ -40,7 +40,13 @@ CASES = {
     # takes boxes)
     "f64-2d-8192-x-bc64": ("f64", [8192, 8192], 0, "{ block_cyclic = { blocks = [64, 64] } }"),
     "f16-2d-16384-bc128-x": ("f16", [16384, 16384], "{ block_cyclic = { blocks = [128, 128] } }", 0),
+    # Slab to slab and C to F order at once, along a short first axis (its lines 4 of 7 on each
+    # of 2 ranks; no peer: nvmath's reshape keeps the layout)
+    "f32-3d-7x2049x4097-xy-cf": ("f32", [7, 2049, 4097], 0, 1),
+    "f16-3d-5x3000x4001-xz-cf": ("f16", [5, 3000, 4001], 0, 2),
 }
+# The layouts (from, to) of the cases that change them; C to C for the rest.
+LAYOUTS = {"f32-3d-7x2049x4097-xy-cf": ("C", "F"), "f16-3d-5x3000x4001-xz-cf": ("C", "F")}
 SIZE = {"f16": 2, "f32": 4, "f64": 8, "c64": 8, "c128": 16}
 
 
@@ -51,15 +57,22 @@ def distribution(where, shape, p):
     return pencils(shape, p) if where == "pencils" else f"{{ slab = {where} }}"
 
 
+def peer_takes(name):
+    """Whether nvmath's reshape does what case `name` does: boxes to boxes, one layout."""
+    _, _, src, dst = CASES[name]
+    return name not in LAYOUTS and not any(str(w).startswith("{") for w in (src, dst))
+
+
 def spec(name, p, via, iterations):
     """The one-step spec of case `name` on p ranks, its exchange `via` NCCL or puts."""
     dtype, shape, src, dst = CASES[name]
+    layout_from, layout_to = LAYOUTS.get(name, ("C", "C"))
     backends, symmetric, y = "", "", ""
     if via == "nvshmem":
         backends = '\nbackends = ["nccl", "nvshmem"]'
     if via in ("nvshmem", "windows"):
         symmetric = "symmetric = true\n"
-        y = f'[tensors.y]\nshape = {shape}\ndtype = "{dtype}"\nsymmetric = true\n'
+        y = f'[tensors.y]\nshape = {shape}\ndtype = "{dtype}"\nlayout = "{layout_to}"\nsymmetric = true\n'
     return f"""[job]
 name = "multi-gpu-redistribute"
 [runtime]
@@ -67,6 +80,7 @@ device = "cuda"{backends}
 [tensors.x]
 shape = {shape}
 dtype = "{dtype}"
+layout = "{layout_from}"
 distribution = {distribution(src, shape, p)}
 init = {{ uniform = {{ low = -1.0, high = 1.0 }} }}
 {symmetric}{y}[[steps]]
@@ -74,6 +88,7 @@ op = "redistribute"
 input = "x"
 out = "y"
 distribution = {distribution(dst, shape, p)}
+layout = "{layout_to}"
 check = true
 warmup = 2
 iterations = {iterations}
@@ -89,7 +104,7 @@ def main():
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for p in a.ranks:
         peer_cases = [f"{n}:{CASES[n][0]}:{'x'.join(map(str, CASES[n][1]))}:{CASES[n][2]}:{CASES[n][3]}"
-                      for n in a.cases]
+                      for n in a.cases if peer_takes(n)]
         theirs = {} if a.no_peer else nvmath_peer.run(
             "nvmath_reshape_cases.py", p, [str(a.iterations), *peer_cases], ENV)
         for name, via in ((n, v) for n in a.cases for v in a.via):
