@@ -693,7 +693,11 @@ impl Gen {
         let x = match self.reuse(last, |t| t.dist != Some(Dist::Partial)) {
             Some(x) => x,
             None => {
-                let shape = self.shape(3);
+                let shape = if self.rng.chance(0.2) {
+                    self.long_shape()
+                } else {
+                    self.shape(3)
+                };
                 let dt = self.rng.pick(&ALL);
                 let d = self.any_dist(&shape);
                 self.input(shape, dt, d)
@@ -721,6 +725,21 @@ impl Gen {
         self.step("redistribute", keys);
         self.set(&out, shape, Some(dist), value);
         out
+    }
+
+    /// 2 or 3 axes, one of them (the first or the last) 257 to 1100 elements long, the others 1
+    /// to 7: pieces of rows of hundreds of elements, which the GPU moves with kernels of their
+    /// own (a warp a row, few rows with gaps between).
+    fn long_shape(&mut self) -> Vec<usize> {
+        let short = self.rng.range(1, 2);
+        let mut shape: Vec<usize> = (0..short).map(|_| self.rng.range(1, 7)).collect();
+        let long = self.rng.range(257, 1100);
+        if self.rng.chance(0.5) {
+            shape.push(long);
+        } else {
+            shape.insert(0, long);
+        }
+        shape
     }
 
     /// 1 to `max_nd` axes of small, uneven lengths.
