@@ -1006,8 +1006,9 @@ const GAPPED_ROWS: usize = 16;
 
 /// Whether `copy_gapped` takes a batch of grids: few rows (at most [`GAPPED_ROWS`]), each a
 /// destination line (step 1) with gaps before the next grid's (the outer step past the rows,
-/// so no fold across grids takes them), read along the runs' elements (source stride 1). The
-/// square tiles would stand mostly empty (f32 [7, 2049, 4097] slab 0 C -> slab 1 F on 2 ranks:
+/// so no fold across grids takes them), read along the runs' elements (source stride 1), the
+/// runs' elements the destination's slowest axis (past every grid's rows). The square tiles
+/// would stand mostly empty (f32 [7, 2049, 4097] slab 0 C -> slab 1 F on 2 ranks:
 /// rows of 4 and 3, grids 7 apart).
 fn gapped_rows(g: &RunGrid) -> bool {
     g.batches > 1
@@ -1674,7 +1675,6 @@ impl<'a> Cuda<'a> {
         &self,
         stream: &Arc<CudaStream>,
         (src, dst): (u64, u64),
-        grid: GridArg,
         g: &RunGrid,
         elem: usize,
     ) -> Result<()> {
@@ -1688,6 +1688,7 @@ impl<'a> Cuda<'a> {
             shared_mem_bytes: 0,
         };
         let kernel = &self.kernels.copy_gapped[elem.trailing_zeros() as usize];
+        let grid = GridArg::of(g);
         let mut launch = stream.launch_builder(kernel);
         launch.arg(&src).arg(&dst).arg(&grid);
         // SAFETY: the grid's runs stay inside both buffers (their callers size them).
@@ -1741,7 +1742,7 @@ impl<'a> Cuda<'a> {
             return self.copy_across(stream, (src, dst), grid, &sweep, (elem, load_q));
         }
         if gapped_rows(g) && matches!(elem, 1 | 2 | 4 | 8 | 16) {
-            return self.copy_gapped(stream, (src, dst), grid, g, elem);
+            return self.copy_gapped(stream, (src, dst), g, elem);
         }
         let pairs = !wide && !shifted && pairs(g, elem);
         let side = 32
