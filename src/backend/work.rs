@@ -38,50 +38,113 @@ impl Run {
 
 /// A list of runs as a plan keeps it: built once, copied every iteration. What a backend derives
 /// from the list ([`Derived`]) is worked out on first use and kept, so a copy of tens of
-/// thousands of runs costs the host nothing after its first.
+/// thousands of runs costs the host nothing after its first. A list may be made of parts (an
+/// exchange's runs for each peer, one after another), which a backend may copy each its own way.
 #[derive(Debug, Clone, Default)]
 pub struct Runs {
     list: Vec<Run>,
+    /// Where each part after the first starts in `list` (none: one part).
+    starts: Box<[usize]>,
     derived: OnceLock<Derived>,
+    parts: OnceLock<Box<[Part]>>,
 }
 
 /// What a backend needs to know of a list of runs beyond the runs themselves.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Derived {
     /// The grids the runs make (see [`RunGrid::of`]).
     pub grid: Option<RunGrid>,
-    /// The xxh3 hash of [`Runs::table`]'s bytes (in native order): the list's name in a cache.
+    /// The xxh3 hash of the runs' [`table`] (its bytes in native order): the list's name in a
+    /// cache.
     pub key: u64,
     /// The longest run's element count.
     pub longest: usize,
 }
 
+impl Derived {
+    /// The grids, hash and longest run of `runs`.
+    pub fn of(runs: &[Run]) -> Derived {
+        // Streamed, the hash of the table's bytes without the table.
+        let mut h = xxhash_rust::xxh3::Xxh3::new();
+        words(runs).for_each(|x| h.update(&x.to_ne_bytes()));
+        Derived {
+            grid: RunGrid::of(runs),
+            key: h.digest(),
+            longest: runs.iter().map(|r| r.count).max().unwrap_or(0),
+        }
+    }
+}
+
+/// One part of a list of runs: where it lies in the list, and what is derived from its runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Part {
+    /// Its runs' places in the list.
+    pub range: std::ops::Range<usize>,
+    /// Its grids, hash and longest run.
+    pub derived: Derived,
+}
+
 impl Runs {
-    /// The grids, hash and longest run of the list, worked out once.
-    pub fn derived(&self) -> Derived {
-        *self.derived.get_or_init(|| {
-            // Streamed, the hash of the table's bytes without the table.
-            let mut h = xxhash_rust::xxh3::Xxh3::new();
-            self.words().for_each(|x| h.update(&x.to_ne_bytes()));
-            Derived {
-                grid: RunGrid::of(&self.list),
-                key: h.digest(),
-                longest: self.list.iter().map(|r| r.count).max().unwrap_or(0),
+    /// `list` as parts starting at each of `starts` (and at 0); empty parts are dropped.
+    pub fn in_parts(list: Vec<Run>, starts: &[usize]) -> Self {
+        let mut starts: Vec<usize> = (starts.iter().copied())
+            .filter(|&s| s > 0 && s < list.len())
+            .collect();
+        starts.sort_unstable();
+        starts.dedup();
+        Runs {
+            starts: starts.into(),
+            ..Runs::from(list)
+        }
+    }
+
+    /// Bytes the list holds on the host at most: its runs, and where its parts start with what
+    /// is derived of each.
+    pub fn bytes(&self) -> usize {
+        use std::mem::size_of;
+        let parts = self.starts.len() + 1;
+        self.list.len() * size_of::<Run>()
+            + self.starts.len() * size_of::<usize>()
+            + if parts > 1 {
+                parts * size_of::<Part>()
+            } else {
+                0
             }
+    }
+
+    /// The grids, hash and longest run of the whole list, worked out once.
+    pub fn derived(&self) -> Derived {
+        *self.derived.get_or_init(|| Derived::of(&self.list))
+    }
+
+    /// The list's parts (one where it was not built of parts), each with its grids, hash and
+    /// longest run, worked out once.
+    pub fn parts(&self) -> &[Part] {
+        self.parts.get_or_init(|| {
+            let ends = self.starts.iter().copied().chain([self.list.len()]);
+            let mut from = 0;
+            ends.map(|to| {
+                let range = std::mem::replace(&mut from, to)..to;
+                Part {
+                    derived: Derived::of(&self.list[range.clone()]),
+                    range,
+                }
+            })
+            .collect()
         })
     }
+}
 
-    /// The runs as a table of u64s, five a run: source, destination, count, source stride,
-    /// destination stride.
-    pub fn table(&self) -> Vec<u64> {
-        self.words().collect()
-    }
+/// `runs` as a table of u64s, five a run: source, destination, count, source stride,
+/// destination stride.
+pub fn table(runs: &[Run]) -> Vec<u64> {
+    words(runs).collect()
+}
 
-    /// The table's u64s, in order.
-    fn words(&self) -> impl Iterator<Item = u64> + '_ {
-        (self.list.iter())
-            .flat_map(|r| [r.src, r.dst, r.count, r.src_stride, r.dst_stride].map(|x| x as u64))
-    }
+/// The table's u64s, in order.
+fn words(runs: &[Run]) -> impl Iterator<Item = u64> + '_ {
+    (runs.iter())
+        .flat_map(|r| [r.src, r.dst, r.count, r.src_stride, r.dst_stride].map(|x| x as u64))
 }
 
 impl From<Vec<Run>> for Runs {
@@ -408,14 +471,44 @@ mod tests {
         assert_eq!(derived.grid, RunGrid::of(&list));
         assert_eq!(derived.longest, 3);
         // The key is the hash of the table's bytes, as a device table of the same values has.
-        let bytes: Vec<u8> = runs.table().iter().flat_map(|x| x.to_ne_bytes()).collect();
+        let bytes: Vec<u8> = super::table(&runs)
+            .iter()
+            .flat_map(|x| x.to_ne_bytes())
+            .collect();
         assert_eq!(derived.key, xxhash_rust::xxh3::xxh3_64(&bytes));
-        assert_eq!(runs.table()[5..10], [1, 3, 3, 4, 1]);
+        assert_eq!(super::table(&runs)[5..10], [1, 3, 3, 4, 1]);
         // Another list has another key; the same list, the same.
         let other = Runs::from(run(0, 0, 3, (4, 1)));
         assert_ne!(other.derived().key, derived.key);
         assert_eq!(Runs::from(list).derived().key, derived.key);
         assert_eq!(other.derived().grid, None);
+    }
+
+    #[test]
+    fn a_list_in_parts_derives_each_part_apart() {
+        // Two peers' rows: 3 rows of 5 elements, then 2 of 4, one grid each but none together.
+        let mut list: Vec<Run> = (0..3).map(|j| run(10 * j, 5 * j, 5, (1, 1))).collect();
+        list.extend((0..2).map(|j| run(100 + 10 * j, 15 + 4 * j, 4, (1, 1))));
+        let runs = Runs::in_parts(list.clone(), &[0, 3, 3, 5, 9]);
+        assert_eq!(runs.derived().grid, None);
+        let parts = runs.parts();
+        assert_eq!(parts.len(), 2);
+        assert_eq!(
+            (parts[0].range.clone(), parts[1].range.clone()),
+            (0..3, 3..5)
+        );
+        assert_eq!(parts[0].derived, super::Derived::of(&list[..3]));
+        assert_eq!(parts[1].derived.grid, RunGrid::of(&list[3..]));
+        assert_eq!(parts[1].derived.longest, 4);
+        // The part's key is the hash of its own table.
+        let bytes: Vec<u8> = (super::table(&list[3..]).iter())
+            .flat_map(|x| x.to_ne_bytes())
+            .collect();
+        assert_eq!(parts[1].derived.key, xxhash_rust::xxh3::xxh3_64(&bytes));
+        // A list built whole is one part.
+        let whole = Runs::from(list);
+        assert_eq!(whole.parts().len(), 1);
+        assert_eq!(whole.parts()[0].derived, whole.derived());
     }
 
     #[test]

@@ -36,9 +36,9 @@ pub struct Exchange {
     pub send_counts: Vec<usize>,
     /// Elements received from each rank (0 from itself).
     pub recv_counts: Vec<usize>,
-    /// Local source piece -> send buffer (ordered by destination rank).
+    /// Local source piece -> send buffer (ordered by destination rank, a part each).
     pub pack: Runs,
-    /// Receive buffer (ordered by source rank) -> local destination piece.
+    /// Receive buffer (ordered by source rank, a part each) -> local destination piece.
     pub unpack: Runs,
     /// Local source piece -> local destination piece, for what the rank keeps.
     pub local: Runs,
@@ -483,7 +483,7 @@ impl Peers<'_, '_> {
         let (ranks, me) = (self.ranks, self.me);
         let mut direct = Some(vec![0; ranks as usize]);
         let mut next = 0;
-        let (mut local, mut pack) = (Vec::new(), Vec::new());
+        let (mut local, mut pack, mut starts) = (Vec::new(), Vec::new(), Vec::new());
         for q in 0..ranks {
             if !sources(self.from.dist, q, ranks).contains(&me) {
                 continue;
@@ -504,6 +504,7 @@ impl Peers<'_, '_> {
                 );
             } else {
                 let (before, first_run) = (next, pack.len());
+                starts.push(first_run);
                 runs(
                     &common,
                     Some(src),
@@ -519,7 +520,7 @@ impl Peers<'_, '_> {
                 }
             }
         }
-        (ex.local, ex.pack) = (local.into(), pack.into());
+        (ex.local, ex.pack) = (local.into(), Runs::in_parts(pack, &starts));
         direct
     }
 
@@ -530,7 +531,7 @@ impl Peers<'_, '_> {
         let (ranks, me) = (self.ranks, self.me);
         let mut direct = Some(vec![0; ranks as usize]);
         let mut next = 0;
-        let mut unpack = Vec::new();
+        let (mut unpack, mut starts) = (Vec::new(), Vec::new());
         for r in sources(self.from.dist, me, ranks) {
             if r == me {
                 continue;
@@ -540,6 +541,7 @@ impl Peers<'_, '_> {
             };
             let common = intersect(&src, dst);
             let (before, first_run) = (next, unpack.len());
+            starts.push(first_run);
             runs(
                 &common,
                 None,
@@ -554,7 +556,7 @@ impl Peers<'_, '_> {
                 _ => direct = None,
             }
         }
-        ex.unpack = unpack.into();
+        ex.unpack = Runs::in_parts(unpack, &starts);
         direct
     }
 }

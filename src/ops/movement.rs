@@ -402,11 +402,14 @@ impl Movement {
         [send * self.elem, recv * self.elem]
     }
 
-    /// Bytes of this movement's lists of runs (packing, unpacking, the own part): a plan keeps
-    /// them for every run, and a GPU a copy of each.
+    /// Bytes of this movement's lists of runs (packing, unpacking, the own part) on the host:
+    /// a plan keeps them for every run, and a GPU a copy of each.
     pub fn runs_bytes(&self) -> usize {
         let ex = &self.ex;
-        (ex.pack.len() + ex.unpack.len() + ex.local.len()) * std::mem::size_of::<Run>()
+        [&ex.pack, &ex.unpack, &ex.local]
+            .map(|r| r.bytes())
+            .iter()
+            .sum()
     }
 
     /// Scratch send and receive buffers sized for this movement.

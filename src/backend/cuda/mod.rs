@@ -20,7 +20,7 @@ mod window;
 pub mod window_puts;
 
 use super::{Backend, Out, Puts, Rows};
-use crate::backend::work::{Addends, Phase, Run, RunGrid, Runs, View};
+use crate::backend::work::{self, Addends, Derived, Phase, Run, RunGrid, Runs, View};
 use crate::ops::checks::{Along, C, Dot, Gap, Lanes, Matrix};
 use crate::ops::sum::Sum;
 use crate::runtime::comm::{Group, Parts};
@@ -35,7 +35,7 @@ use cudarc::driver::{
 };
 use cudarc::nccl::{result as nccl, sys as nccl_sys};
 use narrow::Narrow;
-use route::{Route, route};
+use route::Route;
 use std::borrow::Cow;
 use std::cell::{Cell, OnceCell, RefCell};
 use std::mem::ManuallyDrop;
@@ -1605,6 +1605,59 @@ impl<'a> Cuda<'a> {
         &self.startup
     }
 
+    /// Copies `runs` (`derived` from them) the way `route` says: by the copy engines, the tile
+    /// kernels, the rows' kernel or the runs' kernel over their table.
+    fn copy_routed(
+        &self,
+        src: &DevBuf,
+        dst: &mut DevBuf,
+        runs: &[Run],
+        derived: &Derived,
+        route: Route,
+        elem: usize,
+    ) -> Result<()> {
+        let (lanes_log, chunks) = match route {
+            Route::Nothing => return Ok(()),
+            Route::Engines {
+                src: s,
+                dst: d,
+                count,
+            } => {
+                let (s, d, n) = (s * elem, d * elem, count * elem);
+                self.st()
+                    .memcpy_dtod(&src.data.slice(s..s + n), &mut dst.data.slice_mut(d..d + n))?;
+                return Ok(());
+            }
+            Route::Tiles(grid) => return self.copy_grid(src, dst, &grid, elem),
+            Route::Rows { grid, lanes_log } => {
+                return self.copy_rows(src, dst, &grid, elem, lanes_log);
+            }
+            Route::Table { lanes_log, chunks } => (lanes_log, chunks),
+        };
+        let table = self.keyed_table((derived.key, runs.len() * 5), || work::table(runs))?;
+        let (n, elem) = (runs.len() as u64, elem as u64);
+        let cfg = LaunchConfig {
+            grid_dim: (
+                (runs.len() << lanes_log).div_ceil(256).min(65535) as u32,
+                chunks,
+                1,
+            ),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut launch = self.st().launch_builder(&self.kernels.copy);
+        launch
+            .arg(&*src.data)
+            .arg(&mut *dst.data)
+            .arg(&table)
+            .arg(&n)
+            .arg(&elem)
+            .arg(&lanes_log);
+        // SAFETY: the runs stay inside both buffers (the exchange plans size them).
+        unsafe { launch.launch(cfg) }?;
+        Ok(())
+    }
+
     /// Copies runs that make grids (see [`RunGrid`]) in tiles, each read and written along the
     /// axis that is contiguous on its side (elements of 1, 2, 4, 8 or 16 bytes).
     fn copy_grid(&self, src: &DevBuf, dst: &mut DevBuf, g: &RunGrid, elem: usize) -> Result<()> {
@@ -2141,46 +2194,9 @@ impl Backend for Cuda<'_> {
         runs: &Runs,
         elem: usize,
     ) -> Result<()> {
-        let (lanes_log, chunks) = match route(runs, elem) {
-            Route::Nothing => return Ok(()),
-            Route::Engines {
-                src: s,
-                dst: d,
-                count,
-            } => {
-                let (s, d, n) = (s * elem, d * elem, count * elem);
-                self.st()
-                    .memcpy_dtod(&src.data.slice(s..s + n), &mut dst.data.slice_mut(d..d + n))?;
-                return Ok(());
-            }
-            Route::Tiles(grid) => return self.copy_grid(src, dst, &grid, elem),
-            Route::Rows { grid, lanes_log } => {
-                return self.copy_rows(src, dst, &grid, elem, lanes_log);
-            }
-            Route::Table { lanes_log, chunks } => (lanes_log, chunks),
-        };
-        let derived = runs.derived();
-        let table = self.keyed_table((derived.key, runs.len() * 5), || runs.table())?;
-        let (n, elem) = (runs.len() as u64, elem as u64);
-        let cfg = LaunchConfig {
-            grid_dim: (
-                (runs.len() << lanes_log).div_ceil(256).min(65535) as u32,
-                chunks,
-                1,
-            ),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let mut launch = self.st().launch_builder(&self.kernels.copy);
-        launch
-            .arg(&*src.data)
-            .arg(&mut *dst.data)
-            .arg(&table)
-            .arg(&n)
-            .arg(&elem)
-            .arg(&lanes_log);
-        // SAFETY: the runs stay inside both buffers (the exchange plans size them).
-        unsafe { launch.launch(cfg) }?;
+        for (range, derived, route) in route::routes(runs, elem) {
+            self.copy_routed(src, dst, &runs[range], &derived, route, elem)?;
+        }
         Ok(())
     }
 

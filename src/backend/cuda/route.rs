@@ -1,7 +1,8 @@
 //! Which kernel moves a plan's runs (`Cuda::copy_runs`): the copy engines, the tile kernels, the
 //! rows' kernel or the runs' kernel over a table, decided on the host from the runs alone.
 
-use crate::backend::work::{RunGrid, Runs};
+use crate::backend::work::{Derived, Run, RunGrid, Runs};
+use std::ops::Range;
 
 /// The longest runs (in bytes) that a warp or two of the copy kernels take each; longer ones
 /// take a block each 64 KiB, which keeps more in flight for few runs.
@@ -34,9 +35,43 @@ pub(super) enum Route {
     Table { lanes_log: i32, chunks: u32 },
 }
 
-/// The route of `runs` of `elem`-byte elements.
-pub(super) fn route(runs: &Runs, elem: usize) -> Route {
-    match &runs[..] {
+/// How `copy_runs` moves `runs` of `elem`-byte elements: each part of the list (an exchange's
+/// runs for a peer, see [`Runs::parts`]) its own way where the whole makes no grid but some part
+/// does, so that each part's grid goes to its kernel instead of all to the table (the pieces
+/// of uneven slabs differ in shape: an unpack from two peers on 3 ranks was a table of
+/// strided runs); else the whole list one way. A part that makes no grid goes to the table,
+/// as it would in the whole list.
+pub(super) fn routes(runs: &Runs, elem: usize) -> Vec<(Range<usize>, Derived, Route)> {
+    let whole = runs.derived();
+    let parts = runs.parts();
+    if whole.grid.is_none() && parts.len() > 1 {
+        let each: Vec<_> = (parts.iter())
+            .map(|p| {
+                (
+                    p.range.clone(),
+                    p.derived,
+                    route(&runs[p.range.clone()], &p.derived, elem),
+                )
+            })
+            .collect();
+        if each
+            .iter()
+            .any(|(_, _, r)| matches!(r, Route::Tiles(_) | Route::Rows { .. }))
+        {
+            return (each.into_iter())
+                .map(|(range, d, r)| match r {
+                    Route::Engines { .. } => (range, d, table(d.longest * elem)),
+                    r => (range, d, r),
+                })
+                .collect();
+        }
+    }
+    vec![(0..runs.len(), whole, route(runs, &whole, elem))]
+}
+
+/// The route of `runs` of `elem`-byte elements (`derived` from them).
+pub(super) fn route(runs: &[Run], derived: &Derived, elem: usize) -> Route {
+    match runs {
         [] => return Route::Nothing,
         [r] if r.count <= 1 || (r.src_stride == 1 && r.dst_stride == 1) => {
             return if r.count == 0 {
@@ -51,7 +86,6 @@ pub(super) fn route(runs: &Runs, elem: usize) -> Route {
         }
         _ => {}
     }
-    let derived = runs.derived();
     if let Some(grid) = derived.grid.filter(|_| matches!(elem, 1 | 2 | 4 | 8 | 16)) {
         let bytes = grid.count * elem;
         if grid.strides != (1, 1) || bytes <= TILE_ROWS_MOST {
@@ -62,7 +96,11 @@ pub(super) fn route(runs: &Runs, elem: usize) -> Route {
             return Route::Rows { grid, lanes_log };
         }
     }
-    let longest = derived.longest * elem;
+    table(derived.longest * elem)
+}
+
+/// The table's route for runs of at most `longest` bytes.
+fn table(longest: usize) -> Route {
     Route::Table {
         lanes_log: if longest <= ROWS_MOST { 5 } else { 8 },
         chunks: longest.div_ceil(65536).clamp(1, 1024) as u32,
@@ -72,7 +110,13 @@ pub(super) fn route(runs: &Runs, elem: usize) -> Route {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::work::Run;
+    use crate::ops::exchange::{Exchange, Side, plan};
+    use crate::spec::tensor::{Axis, Distribution, Layout};
+
+    /// The route of a whole list.
+    fn route(runs: &Runs, elem: usize) -> Route {
+        super::route(runs, &runs.derived(), elem)
+    }
 
     /// `rows` runs of `count` elements, `step` apart on each side, at `strides`.
     fn grid(rows: usize, count: usize, step: (usize, usize), strides: (usize, usize)) -> Runs {
@@ -156,5 +200,81 @@ mod tests {
                 chunks: 1
             }
         );
+    }
+
+    /// Rank `me`'s exchange of a tensor of `shape` from slabs along `a` (C order) to slabs
+    /// along `b` (in `layout`) among `ranks`.
+    fn exchange(shape: &[u64], a: u8, b: u8, layout: Layout, ranks: u64, me: u64) -> Exchange {
+        let (from, to) = (
+            Distribution::Slab(Axis::Index(a)),
+            Distribution::Slab(Axis::Index(b)),
+        );
+        let side = |dist, layout| Side {
+            dist,
+            shape,
+            layout,
+        };
+        plan(side(&from, Layout::C), &side(&to, layout), ranks, me)
+    }
+
+    #[test]
+    fn each_peers_grid_goes_to_its_kernel_where_together_they_make_none() {
+        // f32 [7, 2049, 4097] slab 0 C -> slab 1 F, rank 1 of 3: rows 0-2 from rank 0 and 5-6
+        // from rank 2, each a grid with gaps (its own rows 3-4 come apart). Together they were
+        // one table of 3415 runs, each element 4781 apart.
+        let ex = exchange(&[7, 2049, 4097], 0, 1, Layout::F, 3, 1);
+        assert_eq!(ex.unpack.derived().grid, None);
+        let parts = routes(&ex.unpack, 4);
+        assert_eq!(parts.len(), 2);
+        for ((range, derived, r), rows) in parts.iter().zip([3, 2]) {
+            let Route::Tiles(g) = r else {
+                panic!("{r:?}");
+            };
+            assert_eq!(*g, RunGrid::of(&ex.unpack[range.clone()]).unwrap());
+            assert_eq!(derived.grid, Some(*g));
+            assert_eq!((g.rows, g.batches, g.count), (rows, 683, 4097));
+            assert!(super::super::gapped_rows(g));
+        }
+        // Rank 0 takes rows 3-6 from ranks 1 and 2, which stack into one grid: one route.
+        let ex = exchange(&[7, 2049, 4097], 0, 1, Layout::F, 3, 0);
+        assert!(matches!(&routes(&ex.unpack, 4)[..], [(_, _, Route::Tiles(g))] if g.rows == 4));
+        // A 3-rank pack of a u8 [3000, 1000]'s columns on rank 1: 334 bytes of each row for
+        // rank 0, 333 for rank 2, each part copy_rows.
+        let ex = exchange(&[3000, 1000], 0, 1, Layout::C, 3, 1);
+        let parts = routes(&ex.pack, 1);
+        let widths: Vec<usize> = (parts.iter())
+            .map(|(_, _, r)| match r {
+                Route::Rows { grid, .. } => grid.count,
+                r => panic!("{r:?}"),
+            })
+            .collect();
+        assert_eq!(widths, [334, 333]);
+    }
+
+    #[test]
+    fn parts_that_make_no_faster_way_stay_one_table() {
+        // c64 [8, 8, 2048] slab 0 -> slab 1 on 3 ranks: each peer's runs are rows of 32 KiB
+        // or more, which go to the table anyway: one launch for all.
+        let ex = exchange(&[8, 8, 2048], 0, 1, Layout::C, 3, 1);
+        assert!(ex.pack.parts().len() > 1 && ex.pack.derived().grid.is_none());
+        let whole = routes(&ex.pack, 8);
+        assert!(matches!(&whole[..], [(r, _, Route::Table { .. })] if *r == (0..ex.pack.len())));
+        // Beside a part that makes a grid, a part of one contiguous run goes to the runs'
+        // kernel, as in the table of the whole, not to the copy engines.
+        let mut list: Vec<Run> = (0..40)
+            .map(|j| Run::contiguous(1000 * j, 300 * j, 300))
+            .collect();
+        list.push(Run::contiguous(50_000, 12_000, 100_000));
+        let runs = Runs::in_parts(list, &[40]);
+        let parts = routes(&runs, 4);
+        assert!(matches!(parts[0], (_, _, Route::Rows { .. })));
+        assert_eq!(parts[1].0, 40..41);
+        assert!(matches!(
+            parts[1].2,
+            Route::Table {
+                lanes_log: 8,
+                chunks: 7
+            }
+        ));
     }
 }

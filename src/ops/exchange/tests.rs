@@ -161,6 +161,29 @@ proptest! {
     }
 
     #[test]
+    fn packs_and_unpacks_come_in_a_part_per_peer(
+        (shape, ranks, d_from, l_from, d_to, l_to) in case()
+    ) {
+        // A backend may copy each peer's runs apart: each part must hold exactly the elements
+        // of one peer, the peers in order.
+        let from = Side { dist: &d_from, shape: &shape, layout: l_from };
+        let to = Side { dist: &d_to, shape: &shape, layout: l_to };
+        for me in 0..ranks {
+            let ex = plan(from, &to, ranks, me);
+            for (runs, counts) in [(&ex.pack, &ex.send_counts), (&ex.unpack, &ex.recv_counts)] {
+                let parts: Vec<usize> = (runs.parts().iter())
+                    .map(|p| runs[p.range.clone()].iter().map(|r| r.count).sum())
+                    .filter(|&n| n > 0)
+                    .collect();
+                let peers: Vec<usize> = counts.iter().copied().filter(|&n| n > 0).collect();
+                if !runs.is_empty() {
+                    prop_assert_eq!(parts, peers);
+                }
+            }
+        }
+    }
+
+    #[test]
     fn the_rows_a_plan_visits_bound_the_runs_it_makes(
         (shape, ranks, d_from, l_from, d_to, l_to) in case()
     ) {

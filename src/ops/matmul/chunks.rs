@@ -38,7 +38,7 @@ pub enum Arrival<B: Backend> {
     /// input), then an all-gather of `count` bytes a rank; `parts` views every rank's block.
     Slice {
         slice: B::Buf,
-        own: Runs,
+        own: Box<Runs>,
         elem: usize,
         count: usize,
         parts: Vec<B::Buf>,
@@ -496,7 +496,7 @@ pub fn gathered<B: Backend>(
             .collect::<Result<Vec<_>>>()?;
         let arrival = Arrival::Slice {
             slice,
-            own: sl.own(rank, i).into(),
+            own: Box::new(sl.own(rank, i).into()),
             elem,
             count,
             parts,
