@@ -1138,23 +1138,52 @@ fn load_module(
     opts: cudarc::nvrtc::CompileOptions,
     what: &str,
 ) -> Result<Arc<cudarc::driver::CudaModule>> {
+    let ptx = compile_ptx(source, opts, arch(ctx)?, what)?;
+    Ok(ctx.load_module(ptx)?)
+}
+
+/// `source` compiled by NVRTC for the virtual architecture `arch`.
+fn compile_ptx(
+    source: String,
+    opts: cudarc::nvrtc::CompileOptions,
+    arch: &'static str,
+    what: &str,
+) -> Result<cudarc::nvrtc::Ptx> {
     let opts = cudarc::nvrtc::CompileOptions {
-        arch: Some(arch(ctx)?),
+        arch: Some(arch),
         ..opts
     };
-    let ptx = cudarc::nvrtc::compile_ptx_with_opts(source, opts)
-        .map_err(|e| anyhow!("NVRTC ({what}): {e:?}"))?;
-    Ok(ctx.load_module(ptx)?)
+    cudarc::nvrtc::compile_ptx_with_opts(source, opts).map_err(|e| anyhow!("NVRTC ({what}): {e:?}"))
 }
 
 /// NVRTC's virtual architecture for the context's GPU (`compute_90` on an H200): the kernels use
 /// conversions (bf16) that older default targets lack.
 fn arch(ctx: &CudaContext) -> Result<&'static str> {
     let (major, minor) = ctx.compute_capability()?;
-    // Leaked once per process and kernel module: NVRTC's options want a static string.
-    Ok(Box::leak(
-        format!("compute_{major}{minor}").into_boxed_str(),
-    ))
+    Ok(arch_name(major, minor))
+}
+
+/// NVRTC's virtual architecture for GPU `ordinal`, asked of the driver without a context (which
+/// another thread may be creating meanwhile).
+fn arch_of(ordinal: usize) -> Result<&'static str> {
+    use cudarc::driver::result::device;
+    use cudarc::driver::sys::CUdevice_attribute as A;
+    cudarc::driver::result::init()?;
+    let dev = device::get(ordinal as i32)?;
+    // SAFETY: attribute queries of a device the driver has just returned.
+    let (major, minor) = unsafe {
+        (
+            device::get_attribute(dev, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+            device::get_attribute(dev, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+        )
+    };
+    Ok(arch_name(major, minor))
+}
+
+/// `compute_<major><minor>`, leaked once per process and kernel module: NVRTC's options want a
+/// static string.
+fn arch_name(major: i32, minor: i32) -> &'static str {
+    Box::leak(format!("compute_{major}{minor}").into_boxed_str())
 }
 
 /// The versions a run used, for the manifest: the CUDA the driver supports, NCCL, and NVSHMEM
@@ -1218,10 +1247,18 @@ impl Kernels {
         (source, cudarc::nvrtc::CompileOptions::default())
     }
 
-    /// Compiles the backend's kernels for `ctx`'s GPU and loads them.
-    fn compile(ctx: &Arc<CudaContext>) -> Result<Self> {
-        let (source, opts) = Self::module();
-        let module = load_module(ctx, source, opts, "the backend's kernels")?;
+    /// The backend's kernels compiled for GPU `ordinal`, on a thread of their own: NVRTC needs
+    /// only the GPU's architecture, so it runs while the caller creates the context.
+    fn compiling(ordinal: usize) -> std::thread::JoinHandle<Result<cudarc::nvrtc::Ptx>> {
+        std::thread::spawn(move || {
+            let (source, opts) = Self::module();
+            compile_ptx(source, opts, arch_of(ordinal)?, "the backend's kernels")
+        })
+    }
+
+    /// Loads the backend's kernels, compiled ([`Kernels::compiling`]), into `ctx`.
+    fn load(ctx: &Arc<CudaContext>, ptx: cudarc::nvrtc::Ptx) -> Result<Self> {
+        let module = ctx.load_module(ptx)?;
         // A kernel for each element size: `name`_1 to `name`_16.
         let sizes = |name: &str| -> Result<[CudaFunction; 5]> {
             let load = |bytes: usize| module.load_function(&format!("{name}_{bytes}"));
@@ -1515,6 +1552,7 @@ impl<'a> Cuda<'a> {
         clock.lap("libraries loaded");
         let (ordinal, opened) = place(comm, host, map)?;
         clock.lap("GPU chosen");
+        let compiling = Kernels::compiling(opened);
         let ctx = CudaContext::new(opened).with_context(|| format!("cannot open GPU {ordinal}"))?;
         // One stream per rank: ordering is the stream's, so cudarc's per-buffer events are off.
         // SAFETY: no buffer exists yet.
@@ -1523,7 +1561,9 @@ impl<'a> Cuda<'a> {
         // (A higher priority for it was measured slower: bench/RESULTS.md.)
         let side_stream = ctx.new_stream()?;
         clock.lap("CUDA context");
-        let kernels = Kernels::compile(&ctx)?;
+        let ptx = (compiling.join())
+            .map_err(|_| anyhow!("compiling the backend's kernels panicked"))??;
+        let kernels = Kernels::load(&ctx, ptx)?;
         clock.lap("kernels compiled");
         let puts_in_windows = window_puts::wanted(comm.size(), heap.is_some());
         if puts_in_windows {
