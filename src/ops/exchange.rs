@@ -601,8 +601,8 @@ pub fn rows(from: Side<'_>, to: &dyn Holdings, ranks: u64, me: u64) -> u64 {
 
 /// Runs that lay out a whole array held by this rank (in `whole_layout`) as P consecutive blocks,
 /// block q holding rank q's piece of `to` in `to`'s layout (blocks may differ in size, as uneven
-/// slabs do): the send buffer of a reduce-scatter.
-pub fn blocks(whole_layout: Layout, to: Side<'_>, ranks: u64) -> Vec<Run> {
+/// slabs do), a part each: the send buffer of a reduce-scatter.
+pub fn blocks(whole_layout: Layout, to: Side<'_>, ranks: u64) -> Runs {
     let whole = Side {
         dist: &Distribution::Replicated,
         shape: to.shape,
@@ -610,13 +610,14 @@ pub fn blocks(whole_layout: Layout, to: Side<'_>, ranks: u64) -> Vec<Run> {
     };
     let src = piece(&whole, ranks, 0).expect("a replicated tensor is held everywhere");
     let traverse = order(to.shape.len(), to.layout);
-    let mut out = Vec::new();
+    let (mut out, mut starts) = (Vec::new(), Vec::new());
     let mut at = 0;
     for q in 0..ranks {
         let Some(dst) = piece(&to, ranks, q) else {
             continue;
         };
         let from = out.len();
+        starts.push(from);
         let mut unused = 0;
         runs(
             &intersect(&src, &dst),
@@ -631,7 +632,7 @@ pub fn blocks(whole_layout: Layout, to: Side<'_>, ranks: u64) -> Vec<Run> {
         }
         at += dst.len();
     }
-    out
+    Runs::in_parts(out, &starts)
 }
 
 #[cfg(test)]

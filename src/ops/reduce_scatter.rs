@@ -1,7 +1,7 @@
 //! reduce_scatter: a partial tensor's pieces combined, each rank keeping its slab of the result
 //! (partial -> slab along `axis`).
 
-use crate::backend::work::Run;
+use crate::backend::work::{Run, Runs};
 use super::collective::{Collective, Expect, Kernel, Keys, Moving, redistributed};
 use super::exchange::{self, Side};
 use crate::dist::TensorState;
@@ -48,7 +48,7 @@ impl Collective for ReduceScatter {
         let (runs, counts) = blocks(m);
         let packs = !in_rank_order(&runs, m.piece(m.input, rank) as usize / elem(m));
         Ok(Kernel::ReduceScatter {
-            runs: packs.then(|| runs.into()),
+            runs: packs.then_some(runs),
             counts,
             op: self.reduce,
         })
@@ -80,7 +80,7 @@ fn elem(m: &Moving<'_>) -> usize {
 
 /// The packing of every rank's block, in rank order, from the input's layout, and each rank's
 /// block's elements (its slab, which may differ by a row from its neighbours').
-fn blocks(m: &Moving<'_>) -> (Vec<Run>, Vec<usize>) {
+fn blocks(m: &Moving<'_>) -> (Runs, Vec<usize>) {
     let counts = (0..m.ranks)
         .map(|r| m.piece(m.output, r) as usize / elem(m))
         .collect();

@@ -298,6 +298,14 @@ fn blocks_lay_out_each_ranks_piece_in_its_layout() {
         apply(&runs, src, &mut send);
         let want: Vec<u64> = pieces(&to, 3).concat();
         assert_eq!(send, want, "{shape:?} slab {axis} {layout:?}");
+        // A part a rank's block, which a backend may copy apart.
+        let parts: Vec<usize> = (runs.parts().iter())
+            .map(|p| runs[p.range.clone()].iter().map(|r| r.count).sum())
+            .collect();
+        let blocks: Vec<usize> = (pieces(&to, 3).iter().map(Vec::len))
+            .filter(|&n| n > 0)
+            .collect();
+        assert_eq!(parts, blocks, "{shape:?} slab {axis} {layout:?}");
     }
 }
 
