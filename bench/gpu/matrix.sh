@@ -13,7 +13,8 @@
 # on. PARTs name the parts to run (default all, in the order above), so that the matrix can be
 # split over commands of limited time; RANKS (default "2 4" as far as the GPUs go) the rank
 # counts of the multi-GPU parts. Copy the tables into bench/RESULTS.md with the date and the
-# machine.
+# machine. Where $OUT names a folder (as on the device machines), everything printed also goes to
+# $OUT/matrix.txt (appended), so that no table is lost to a cut-off output.
 #
 #   bench/gpu/matrix.sh [DISTRUN_BINARY] [PART...]
 set -uo pipefail
@@ -23,6 +24,9 @@ shift || true
 PARTS=${*:-matmul1 fft1 layout1 checks1 startup1 fft allreduce collectives matmul redistribute}
 PY=${PYTHON:-/opt/torch/.venv/bin/python}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
+if [ -d "${OUT:-}" ]; then
+  exec > >(tee -a "$OUT/matrix.txt") 2>&1
+fi
 GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)
 export RANKS=${RANKS:-$(for p in 2 4; do [ "$GPUS" -ge "$p" ] && echo $p; done | tr '\n' ' ')}
 PEER=""
