@@ -59,10 +59,12 @@ pub struct Derived {
     pub key: u64,
     /// The longest run's element count.
     pub longest: usize,
+    /// The runs' elements.
+    pub elements: usize,
 }
 
 impl Derived {
-    /// The grids, hash and longest run of `runs`.
+    /// The grids, hash, longest run and elements of `runs`.
     pub fn of(runs: &[Run]) -> Derived {
         // Streamed, the hash of the table's bytes without the table.
         let mut h = xxhash_rust::xxh3::Xxh3::new();
@@ -71,6 +73,7 @@ impl Derived {
             grid: RunGrid::of(runs),
             key: h.digest(),
             longest: runs.iter().map(|r| r.count).max().unwrap_or(0),
+            elements: runs.iter().map(|r| r.count).sum(),
         }
     }
 }

@@ -12,6 +12,13 @@ const ROWS_MOST: usize = 16384;
 /// many rows a block (`copy_narrow`'s repack, or square tiles); longer ones a warp a row.
 const TILE_ROWS_MOST: usize = 256;
 
+/// Up to this many parts (an exchange's peers) a list's parts go each their own way whatever
+/// their size (see [`routes`]); more only where they average [`PART_BYTES`] or more.
+const PARTS_ANY_SIZE: usize = 8;
+
+/// The bytes a part must average where a list has more than [`PARTS_ANY_SIZE`] parts.
+const PART_BYTES: usize = 4 << 20;
+
 /// How `copy_runs` moves a list of runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Route {
@@ -40,11 +47,14 @@ pub(super) enum Route {
 /// does, so that each part's grid goes to its kernel instead of all to the table (the pieces
 /// of uneven slabs differ in shape: an unpack from two peers on 3 ranks was a table of
 /// strided runs); else the whole list one way. A part that makes no grid goes to the table,
-/// as it would in the whole list.
+/// as it would in the whole list. Many parts (more than [`PARTS_ANY_SIZE`]) each take their own
+/// launch only where they are large.
 pub(super) fn routes(runs: &Runs, elem: usize) -> Vec<(Range<usize>, Derived, Route)> {
     let whole = runs.derived();
     let parts = runs.parts();
-    if whole.grid.is_none() && parts.len() > 1 {
+    // A launch a part costs a few microseconds: many parts must be large to pay for theirs.
+    let worth = parts.len() <= PARTS_ANY_SIZE || whole.elements * elem >= parts.len() * PART_BYTES;
+    if whole.grid.is_none() && parts.len() > 1 && worth {
         let each: Vec<_> = (parts.iter())
             .map(|p| {
                 (
@@ -276,5 +286,29 @@ mod tests {
                 chunks: 7
             }
         ));
+    }
+
+    #[test]
+    fn many_parts_go_apart_only_where_large() {
+        // Peers' rows of 300 f32, peer q taking `rows + q` rows: a grid each, none together.
+        let parts = |peers: usize, rows: usize| {
+            let (mut list, mut starts) = (Vec::new(), Vec::new());
+            for q in 0..peers {
+                starts.push(list.len());
+                let at = list.len();
+                list.extend(
+                    (0..rows + q)
+                        .map(|j| Run::contiguous(1000 * (at + j) + 7 * q, 300 * (at + j), 300)),
+                );
+            }
+            let runs = Runs::in_parts(list, &starts);
+            assert_eq!(runs.derived().grid, None);
+            routes(&runs, 4).len()
+        };
+        // 16 parts of about 48 KB: too small for a launch each; of about 4.8 MB, large enough.
+        assert_eq!(parts(16, 40), 1);
+        assert_eq!(parts(16, 4000), 16);
+        // Up to 8 parts go apart whatever their size.
+        assert_eq!(parts(8, 10), 8);
     }
 }
