@@ -124,6 +124,12 @@ impl Runs {
     /// longest run, worked out once.
     pub fn parts(&self) -> &[Part] {
         self.parts.get_or_init(|| {
+            if self.starts.is_empty() {
+                return Box::new([Part {
+                    range: 0..self.list.len(),
+                    derived: self.derived(),
+                }]);
+            }
             let ends = self.starts.iter().copied().chain([self.list.len()]);
             let mut from = 0;
             ends.map(|to| {

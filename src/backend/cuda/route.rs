@@ -51,10 +51,15 @@ pub(super) enum Route {
 /// launch only where they are large.
 pub(super) fn routes(runs: &Runs, elem: usize) -> Vec<(Range<usize>, Derived, Route)> {
     let whole = runs.derived();
-    let parts = runs.parts();
+    // (Parts are looked at only where the whole makes no grid.)
+    let parts = if whole.grid.is_none() {
+        runs.parts()
+    } else {
+        &[]
+    };
     // A launch a part costs a few microseconds: many parts must be large to pay for theirs.
     let worth = parts.len() <= PARTS_ANY_SIZE || whole.elements * elem >= parts.len() * PART_BYTES;
-    if whole.grid.is_none() && parts.len() > 1 && worth {
+    if parts.len() > 1 && worth {
         let each: Vec<_> = (parts.iter())
             .map(|p| {
                 (
