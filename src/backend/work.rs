@@ -83,7 +83,7 @@ impl Derived {
 pub struct Part {
     /// Its runs' places in the list.
     pub range: std::ops::Range<usize>,
-    /// Its grids, hash and longest run.
+    /// Its grids, hash, longest run and elements.
     pub derived: Derived,
 }
 
@@ -115,13 +115,13 @@ impl Runs {
             }
     }
 
-    /// The grids, hash and longest run of the whole list, worked out once.
+    /// The grids, hash, longest run and elements of the whole list, worked out once.
     pub fn derived(&self) -> Derived {
         *self.derived.get_or_init(|| Derived::of(&self.list))
     }
 
-    /// The list's parts (one where it was not built of parts), each with its grids, hash and
-    /// longest run, worked out once.
+    /// The list's parts (one where it was not built of parts), each with what is derived of its
+    /// runs, worked out once.
     pub fn parts(&self) -> &[Part] {
         self.parts.get_or_init(|| {
             if self.starts.is_empty() {
