@@ -101,8 +101,8 @@ impl Runs {
         }
     }
 
-    /// Bytes the list holds on the host at most: its runs, and where its parts start with what
-    /// is derived of each.
+    /// Bytes the list holds on the host: its runs, and for a list built of parts where they
+    /// start and what is derived of each.
     pub fn bytes(&self) -> usize {
         use std::mem::size_of;
         let parts = self.starts.len() + 1;
