@@ -44,9 +44,10 @@ CASES = {
     # of 2 ranks; no peer: nvmath's reshape keeps the layout)
     "f32-3d-7x2049x4097-xy-cf": ("f32", [7, 2049, 4097], 0, 1),
     "f16-3d-5x3000x4001-xz-cf": ("f16", [5, 3000, 4001], 0, 2),
+    "f16-3d-7x2049x4097-xy-cf": ("f16", [7, 2049, 4097], 0, 1),
 }
 # The layouts (from, to) of the cases that change them; C to C for the rest.
-LAYOUTS = {"f32-3d-7x2049x4097-xy-cf": ("C", "F"), "f16-3d-5x3000x4001-xz-cf": ("C", "F")}
+LAYOUTS = {name: ("C", "F") for name in CASES if name.endswith("-cf")}
 SIZE = {"f16": 2, "f32": 4, "f64": 8, "c64": 8, "c128": 16}
 
 

@@ -258,10 +258,12 @@ static int check_reversal(const char* name, const AcrossKernel<E> (&kernels)[3],
 // Moves `batches` grids of an r-element axis packed on one side (lines of r, `step` apart: one
 // after another, or with gaps between) and n-element lines `pitch` apart on the other, packing
 // (mode 1) or unpacking (0), with copy_narrow_<bytes>; or (mode 2) from lines of r `step` apart
-// to lines of r `other` apart (both sides packed). Returns the misplaced elements.
+// to lines of r `other` apart (both sides packed); `shifted`, the kernel is
+// copy_narrow_shifted_<bytes>. Returns the misplaced elements.
 template <typename E>
 static int check_narrow(void (*kernel)(const E*, E*, Narrow), unsigned long long r, unsigned long long n,
-                        unsigned long long batches, int mode, unsigned long long step, unsigned long long other = 0) {
+                        unsigned long long batches, int mode, unsigned long long step, unsigned long long other,
+                        bool shifted = false) {
     const unsigned long long pitch = mode == 2 ? other : n + 3, packed_size = step * n + 2,
                              other_size = mode == 2 ? other * n + 5 : r * pitch;
     Grid g{};
@@ -298,19 +300,22 @@ static int check_narrow(void (*kernel)(const E*, E*, Narrow), unsigned long long
            true);
     const int bad = misplaced(g, src.data(), dst.data(), n_d);
     if (bad)
-        std::printf("copy_narrow_%zu: r %llu (step %llu, other %llu), n %llu, %llu grids, mode %d: %d misplaced\n",
-                    sizeof(E), r, step, other, n, batches, mode, bad);
+        std::printf("copy_narrow_%s%zu: r %llu (step %llu, other %llu), n %llu, %llu grids, mode %d: %d misplaced\n",
+                    shifted ? "shifted_" : "", sizeof(E), r, step, other, n, batches, mode, bad);
     return bad;
 }
 
-// check_narrow with copy_narrow_<bytes> for each element size: the misplaced elements.
+// check_narrow with copy_narrow_<bytes> for each element size and copy_narrow_shifted_<bytes>
+// for 1 and 2 bytes: the misplaced elements.
 static int check_narrow_all(unsigned long long r, unsigned long long n, unsigned long long batches, int mode,
                             unsigned long long step, unsigned long long other = 0) {
     return check_narrow(copy_narrow_1, r, n, batches, mode, step, other) +
            check_narrow(copy_narrow_2, r, n, batches, mode, step, other) +
            check_narrow(copy_narrow_4, r, n, batches, mode, step, other) +
            check_narrow(copy_narrow_8, r, n, batches, mode, step, other) +
-           check_narrow(copy_narrow_16, r, n, batches, mode, step, other);
+           check_narrow(copy_narrow_16, r, n, batches, mode, step, other) +
+           check_narrow(copy_narrow_shifted_1, r, n, batches, mode, step, other, true) +
+           check_narrow(copy_narrow_shifted_2, r, n, batches, mode, step, other, true);
 }
 
 // Copies `batches` grids of `rows` short destination lines (step 1), `gap` elements between one
@@ -488,12 +493,12 @@ int main() {
         }
     // A short axis packed on one side: 2 to 63 elements, stretches whole and cut short, batches;
     // lines and stretches on 16-byte words and off them.
-    for (unsigned long long r : {2ull, 3ull, 7ull, 16ull, 33ull, 63ull})
+    for (unsigned long long r : {2ull, 3ull, 7ull, 16ull, 33ull, 60ull, 63ull})
         for (unsigned long long n : {5ull, 2500ull})
             for (unsigned long long batches : {1ull, 2ull})
                 for (int mode : {0, 1}) {
                     bad += check_narrow_all(r, n, batches, mode, r);
-                    runs += 5;
+                    runs += 7;
                 }
     // Packed lines with gaps between them (an exchange's slab of columns), gaps left as they were.
     for (unsigned long long r : {3ull, 7ull, 33ull})
@@ -501,7 +506,7 @@ int main() {
             for (unsigned long long n : {5ull, 2500ull})
                 for (int mode : {0, 1}) {
                     bad += check_narrow_all(r, n, 2, mode, step);
-                    runs += 5;
+                    runs += 7;
                 }
     // Both sides packed: rows of r from lines `step` apart to lines `other` apart (an exchange's
     // pack of a few columns), gaps on either side or both.
@@ -509,7 +514,7 @@ int main() {
         for (auto [step, other] : {std::pair{2 * r, r}, std::pair{r, r + 1}, std::pair{r + 1, 2 * r}})
             for (unsigned long long n : {5ull, 2500ull}) {
                 bad += check_narrow_all(r, n, 2, 2, step, other);
-                runs += 5;
+                runs += 7;
             }
     // Runs contiguous on both sides, a group of threads a run: runs shorter than a word, a few
     // words and many, each side at every place in a word, groups taking several runs.

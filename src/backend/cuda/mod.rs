@@ -752,11 +752,11 @@ COPY_ACROSS(4tc, 4, 2, FOLD_COLS, false, COMMA 5)
 // the stretch is element e / q of line e % q (the host's divider for q), a gap from line r on.
 // Both sides move in 16-byte words where the data lies on them (a word a gap cuts, element by
 // element when written), element by element at their ends: row j of the tile holds line j's
-// element c at j * P + h_j + c, h_j the line's elements past a 16-byte boundary, so that the
-// line's words are the tile's. Where both sides pack the short axis (mode 2: an exchange's pack
-// of short rows, up to 256 bytes, from a wider array), the destination's lines `pitch` apart are
-// its packed lines with gaps between (the divider mul_o, shift_o for pitch), and the tile's rows
-// unshifted.
+// element c at row(j) + h_j + c (row(j) about j * P: see Words), h_j the line's elements past a
+// 16-byte boundary, so that the line's words are the tile's. Where both sides pack the short
+// axis (mode 2: an exchange's pack of short rows, up to 256 bytes, from a wider array), the
+// destination's lines `pitch` apart are its packed lines with gaps between (the divider mul_o,
+// shift_o for pitch), and every h_j is 0.
 struct Narrow {
     unsigned long long packed, lines;  // grid 0's first element on each side
     unsigned long long outer_p, outer_l, batches;  // from grid to grid (elements), the grids
@@ -767,19 +767,27 @@ struct Narrow {
     unsigned long long mul_o, shift_o;
 };
 
-// The elements of T in a 16-byte word, and those of `x` past the last 16-byte boundary.
+// The elements of T in a 16-byte word, those of `x` past the last 16-byte boundary, and where
+// a narrow tile's row j starts: rows P apart, and where they shift (S, 1- and 2-byte elements)
+// j >> (log2 V - 1) words further (up to 7 for 63 lines of bytes, 15 of f16), so that the packed
+// side's threads, whose lines are V apart, fall in different banks (u8 lines of 60 met 8 to a
+// bank, 2 shifted).
 template <typename T>
 struct Words {
     static constexpr unsigned int V = 16 / sizeof(T);
     static __device__ __forceinline__ unsigned int skew(const T* x) {
         return (unsigned int)((unsigned long long)x / sizeof(T)) & (V - 1);
     }
+    template <bool S>
+    static __device__ __forceinline__ unsigned int row(unsigned int j, unsigned int P) {
+        return j * P + (S && V >= 8 ? (j >> (V == 16 ? 3 : 2)) * V : 0);
+    }
 };
 
 // The long lines' side: `cols` elements of r lines from g, `pitch` apart, to the tile's rows
 // (LOAD) or back. Each thread takes a row's word (the row's words in turn, then the next
 // row's); a word a line's ends cut moves element by element.
-template <typename T, bool LOAD>
+template <typename T, bool LOAD, bool S>
 __device__ __forceinline__ void narrow_lines(T* g, unsigned long long pitch, T* tile,
                                              unsigned int P, unsigned int r, unsigned int cols) {
     constexpr unsigned int V = Words<T>::V;
@@ -788,7 +796,7 @@ __device__ __forceinline__ void narrow_lines(T* g, unsigned long long pitch, T* 
     while (j < r) {
         T* line = g + j * pitch;
         const int c0 = (int)(q * V) - (int)Words<T>::skew(line);
-        T* t = tile + j * P + q * V;
+        T* t = tile + Words<T>::template row<S>(j, P) + q * V;
         if (c0 >= 0 && c0 + (int)V <= (int)cols) {
             if (LOAD) *(uint4*)t = *(const uint4*)(line + c0);
             else *(uint4*)(line + c0) = *(const uint4*)t;
@@ -809,7 +817,7 @@ __device__ __forceinline__ void narrow_lines(T* g, unsigned long long pitch, T* 
 // The packed side: the stretch's `all` elements from x to the tile (LOAD) or back, a 16-byte
 // word a thread, gaps skipped: lines q apart (mul and shift the divider for q). h0 is line 0's
 // skew, hp the pitch's (line j's is h0 + j * hp, mod V).
-template <typename T, bool LOAD>
+template <typename T, bool LOAD, bool S>
 __device__ __forceinline__ void narrow_packed(T* x, unsigned int all, T* tile, unsigned int P,
                                               unsigned int r, unsigned int q, unsigned int mul,
                                               unsigned int shift, unsigned int h0,
@@ -840,7 +848,7 @@ __device__ __forceinline__ void narrow_packed(T* x, unsigned int all, T* tile, u
 #pragma unroll
             for (unsigned int i = 0; i < V; i++) {
                 if (j < r) {
-                    T& t = tile[j * P + h + c];
+                    T& t = tile[Words<T>::template row<S>(j, P) + h + c];
                     if (LOAD) t = word.e[i];
                     else word.e[i] = t;
                 }
@@ -850,7 +858,7 @@ __device__ __forceinline__ void narrow_packed(T* x, unsigned int all, T* tile, u
         } else {
             for (int e = (int)first; e < e0 + (int)V && e < (int)all; e++) {
                 if (j < r) {
-                    T& t = tile[j * P + h + c];
+                    T& t = tile[Words<T>::template row<S>(j, P) + h + c];
                     if (LOAD) t = x[e];
                     else x[e] = t;
                 }
@@ -860,10 +868,9 @@ __device__ __forceinline__ void narrow_packed(T* x, unsigned int all, T* tile, u
     }
 }
 
-template <typename T>
-__device__ __forceinline__ void narrow(const T* s, T* d, const Narrow& a) {
+template <typename T, bool S>
+__device__ __forceinline__ void narrow_in(const T* s, T* d, const Narrow& a, T* tile) {
     constexpr unsigned int V = Words<T>::V;
-    __shared__ __align__(16) T tile[16 * (2048 / sizeof(T) + V)];
     const unsigned int C = 1u << a.log_c, P = C + V;
     const unsigned long long p = blockIdx.y, b0 = (unsigned long long)blockIdx.x * C;
     if (p >= a.batches || b0 >= a.n) return;
@@ -876,23 +883,37 @@ __device__ __forceinline__ void narrow(const T* s, T* d, const Narrow& a) {
     const unsigned int all = (cols - 1) * q + r;
     if (a.mode == 2) {
         const unsigned int qd = (unsigned int)a.pitch;
-        narrow_packed<T, true>(packed, all, tile, P, r, q, mul, shift, 0, 0);
+        narrow_packed<T, true, S>(packed, all, tile, P, r, q, mul, shift, 0, 0);
         __syncthreads();
-        narrow_packed<T, false>(d + a.lines + p * a.outer_l + b0 * qd, (cols - 1) * qd + r, tile, P,
-                                r, qd, (unsigned int)a.mul_o, (unsigned int)a.shift_o, 0, 0);
+        narrow_packed<T, false, S>(d + a.lines + p * a.outer_l + b0 * qd, (cols - 1) * qd + r,
+                                   tile, P, r, qd, (unsigned int)a.mul_o,
+                                   (unsigned int)a.shift_o, 0, 0);
         return;
     }
     T* lines = (pack ? from : d) + a.lines + p * a.outer_l + b0;
     const unsigned int h0 = Words<T>::skew(lines), hp = (unsigned int)a.pitch & (V - 1);
     if (pack) {
-        narrow_lines<T, true>(lines, a.pitch, tile, P, r, cols);
+        narrow_lines<T, true, S>(lines, a.pitch, tile, P, r, cols);
         __syncthreads();
-        narrow_packed<T, false>(packed, all, tile, P, r, q, mul, shift, h0, hp);
+        narrow_packed<T, false, S>(packed, all, tile, P, r, q, mul, shift, h0, hp);
     } else {
-        narrow_packed<T, true>(packed, all, tile, P, r, q, mul, shift, h0, hp);
+        narrow_packed<T, true, S>(packed, all, tile, P, r, q, mul, shift, h0, hp);
         __syncthreads();
-        narrow_lines<T, false>(lines, a.pitch, tile, P, r, cols);
+        narrow_lines<T, false, S>(lines, a.pitch, tile, P, r, cols);
     }
+}
+
+// The tile's rows unshifted (copy_narrow_<bytes>) or shifted between banks
+// (copy_narrow_shifted_<bytes>, 1- and 2-byte elements: 16 words more for the shifts).
+template <typename T>
+__device__ __forceinline__ void narrow(const T* s, T* d, const Narrow& a) {
+    __shared__ __align__(16) T tile[16 * (2048 / sizeof(T) + Words<T>::V)];
+    narrow_in<T, false>(s, d, a, tile);
+}
+template <typename T>
+__device__ __forceinline__ void narrow_shifted(const T* s, T* d, const Narrow& a) {
+    __shared__ __align__(16) T tile[16 * (2048 / sizeof(T) + Words<T>::V) + 16 * Words<T>::V];
+    narrow_in<T, true>(s, d, a, tile);
 }
 
 // NAME_<bytes> for elements of 1, 2, 4, 8 and 16 bytes: FN<T>(s, d, a), `a` an A by value.
@@ -907,6 +928,8 @@ __device__ __forceinline__ void narrow(const T* s, T* d, const Narrow& a) {
     BY_SIZE_ONE(NAME, FN, A, 8, unsigned long long)                                              \
     BY_SIZE_ONE(NAME, FN, A, 16, uint4)
 BY_SIZE(copy_narrow, narrow, Narrow)
+BY_SIZE_ONE(copy_narrow_shifted, narrow_shifted, Narrow, 1, unsigned char)
+BY_SIZE_ONE(copy_narrow_shifted, narrow_shifted, Narrow, 2, unsigned short)
 
 // A batch of grids whose few rows are short destination lines (step 1) with gaps between grids
 // (the destination's outer step more than the rows), read along the runs' elements (source
@@ -1072,6 +1095,48 @@ fn shifted_words(g: &RunGrid, elem: usize) -> bool {
         && tiles_enough(g, 32 * v)
 }
 
+/// The tile kernel that moves a grid (`Cuda::copy_grid_at`), picked on the host from the grid,
+/// its elements' size and the buffers' addresses (`ptrs`).
+#[derive(Debug)]
+enum TileKernel {
+    /// A short axis packed on one side or both: `copy_narrow`.
+    Narrow(Narrow),
+    /// Few rows with gaps between grids: `copy_gapped`. Before the sweeps, whose bands of 64
+    /// or more lines such grids leave mostly empty (f16 rows of 3 of 5 took 1.06 ms on 2
+    /// H200s, f16 [5, 3000, 4001] slab 0 C -> slab 2 F).
+    Gapped,
+    /// Across in whole destination sectors (`copy_grid_across`, `copy_grid_4_folded`).
+    Across(Sweep),
+    /// Square tiles (`copy_grid`), in words on both sides (`wide`), in words shifted along each
+    /// line (`shifted`) or two elements a thread (`pairs`).
+    Square {
+        wide: bool,
+        shifted: bool,
+        pairs: bool,
+    },
+}
+
+impl TileKernel {
+    fn of(g: &RunGrid, elem: usize, ptrs: (u64, u64)) -> TileKernel {
+        if let Some(narrow) = Narrow::of(g, elem) {
+            return TileKernel::Narrow(narrow);
+        }
+        if gapped_rows(g) && matches!(elem, 1 | 2 | 4 | 8 | 16) {
+            return TileKernel::Gapped;
+        }
+        let wide = wide_words(g, elem, ptrs);
+        if let Some(sweep) = Sweep::of(g, elem, wide) {
+            return TileKernel::Across(sweep);
+        }
+        let shifted = !wide && shifted_words(g, elem);
+        TileKernel::Square {
+            wide,
+            shifted,
+            pairs: !wide && !shifted && pairs(g, elem),
+        }
+    }
+}
+
 /// A [`RunGrid`] as the tile kernels take it, by value: starts, batches, outer steps, rows, steps,
 /// count and strides (source then destination), in elements.
 #[repr(C)]
@@ -1226,6 +1291,9 @@ struct Kernels {
     /// copy_narrow_<bytes> for elements of 1, 2, 4, 8 and 16 bytes: a short axis packed on
     /// one side (see [`Narrow`]).
     copy_narrow: [CudaFunction; 5],
+    /// copy_narrow_shifted_<bytes> for elements of 1 and 2 bytes: the same, the tile's rows
+    /// shifted between banks.
+    copy_narrow_shifted: [CudaFunction; 2],
     /// copy_gapped_<bytes> for elements of 1, 2, 4, 8 and 16 bytes: few rows with gaps between
     /// grids (see `gapped_rows`).
     copy_gapped: [CudaFunction; 5],
@@ -1287,6 +1355,10 @@ impl Kernels {
                 module.load_function("copy_grid_4tc")?,
             ],
             copy_narrow: sizes("copy_narrow")?,
+            copy_narrow_shifted: [
+                module.load_function("copy_narrow_shifted_1")?,
+                module.load_function("copy_narrow_shifted_2")?,
+            ],
             copy_gapped: sizes("copy_gapped")?,
             finish: module.load_function("finish")?,
             conj_copy: module.load_function("conj_copy")?,
@@ -1805,8 +1877,13 @@ impl<'a> Cuda<'a> {
             shared_mem_bytes: 0,
         };
         let arg = narrow.arg();
-        let mut launch =
-            stream.launch_builder(&self.kernels.copy_narrow[elem.trailing_zeros() as usize]);
+        let at = elem.trailing_zeros() as usize;
+        let kernel = if narrow.shifted() {
+            &self.kernels.copy_narrow_shifted[at]
+        } else {
+            &self.kernels.copy_narrow[at]
+        };
+        let mut launch = stream.launch_builder(kernel);
         launch.arg(&src).arg(&dst).arg(&arg);
         // SAFETY: the grid's runs stay inside both buffers (their callers size them).
         unsafe { launch.launch(cfg) }?;
@@ -1826,18 +1903,20 @@ impl<'a> Cuda<'a> {
         // Along the runs where they follow each other and a run's elements do not.
         let load_q = i32::from(along_runs(g.step.0, g.strides.0));
         let store_q = i32::from(along_runs(g.step.1, g.strides.1));
-        if let Some(narrow) = Narrow::of(g, elem) {
-            return self.copy_narrow(stream, (src, dst), &narrow, elem);
-        }
-        let wide = wide_words(g, elem, (src, dst));
-        let shifted = !wide && shifted_words(g, elem);
-        if let Some(sweep) = Sweep::of(g, elem, wide) {
-            return self.copy_across(stream, (src, dst), grid, &sweep, (elem, load_q));
-        }
-        if gapped_rows(g) && matches!(elem, 1 | 2 | 4 | 8 | 16) {
-            return self.copy_gapped(stream, (src, dst), g, elem);
-        }
-        let pairs = !wide && !shifted && pairs(g, elem);
+        let (wide, shifted, pairs) = match TileKernel::of(g, elem, (src, dst)) {
+            TileKernel::Narrow(narrow) => {
+                return self.copy_narrow(stream, (src, dst), &narrow, elem);
+            }
+            TileKernel::Gapped => return self.copy_gapped(stream, (src, dst), g, elem),
+            TileKernel::Across(sweep) => {
+                return self.copy_across(stream, (src, dst), grid, &sweep, (elem, load_q));
+            }
+            TileKernel::Square {
+                wide,
+                shifted,
+                pairs,
+            } => (wide, shifted, pairs),
+        };
         let side = 32
             * match (wide || shifted, pairs) {
                 (true, _) => word_elements(elem).unwrap_or(1),
@@ -2825,7 +2904,7 @@ mod tests {
         let out = String::from_utf8_lossy(&ran.stdout);
         assert!(ran.status.success(), "{out}");
         assert!(
-            out.contains("1204 grid copies, 0 elements misplaced"),
+            out.contains("1440 grid copies, 0 elements misplaced"),
             "{out}"
         );
     }

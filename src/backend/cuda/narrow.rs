@@ -13,7 +13,8 @@ fn word(elem: usize) -> usize {
 }
 
 /// The elements of a block's shared tile (`copy_narrow_<bytes>`'s `tile`): 16 rows of 2048
-/// bytes and a word more each (a row starts a word on, to lie on words as its line does).
+/// bytes and a word more each (a row starts a word on, to lie on words as its line does); the
+/// kernel's has 16 words more, past the rows, for their shifts between banks.
 fn tile_elements(elem: usize) -> usize {
     16 * (2048 / elem + word(elem))
 }
@@ -35,6 +36,8 @@ pub(super) struct Narrow {
     step: usize,
     way: Way,
     elem: usize,
+    /// Whether the tile's rows shift between banks ([`Narrow::shifts_rows`]).
+    shifted: bool,
 }
 
 /// Which side packs the short axis (the kernels' `mode`).
@@ -62,7 +65,16 @@ impl Narrow {
         if !matches!(elem, 1 | 2 | 4 | 8 | 16) || g.batches > 65535 {
             return None;
         }
-        Self::across(g, elem).or_else(|| Self::repacked(g, elem))
+        let narrow = Self::across(g, elem).or_else(|| Self::repacked(g, elem))?;
+        Some(Narrow {
+            shifted: narrow.shifts_rows(),
+            ..narrow
+        })
+    }
+
+    /// Whether the tile's rows shift between banks: `copy_narrow_shifted_<bytes>`.
+    pub(super) fn shifted(&self) -> bool {
+        self.shifted
     }
 
     /// Where one side packs the short axis (its other axis's step the short axis's length, or
@@ -97,6 +109,7 @@ impl Narrow {
                 step: pick(long, x),
                 way,
                 elem,
+                shifted: false,
             })
         })
     }
@@ -121,6 +134,7 @@ impl Narrow {
             step: qs,
             way: Way::Repacks,
             elem,
+            shifted: false,
         })
     }
 
@@ -129,6 +143,44 @@ impl Narrow {
     fn stretch(&self) -> usize {
         let most = tile_elements(self.elem) / self.r - word(self.elem);
         (2048 / self.elem).min(1 << most.ilog2())
+    }
+
+    /// Whether the tile's rows shift between banks (`copy_narrow_shifted_<bytes>`, the kernels'
+    /// `Words::row`): 1- and 2-byte elements where the packed side's first warp meets 6 words
+    /// or more in one bank on average, unshifted (u8 lines of 60: 8, 2 shifted; 0.052 -> 0.041
+    /// ms on an H200; f16 lines of 60 0.065 -> 0.051). With fewer the shift's arithmetic costs
+    /// about what it saves (u8 lines of 28 and 40, 4 and 5 words a bank, ran 3-8% slower).
+    fn shifts_rows(&self) -> bool {
+        matches!(self.elem, 1 | 2) && self.bank_words() >= 6 * word(self.elem) / 4
+    }
+
+    /// The packed side's first warp's accesses to the tile, rows unshifted (each of its 32
+    /// threads a word of V elements, element i of each at once), summed over every 4th i (a
+    /// launch asks, so a quarter of the work): the most 4-byte words any one bank holds among
+    /// the 32 (a bank serves one word at a time).
+    fn bank_words(&self) -> usize {
+        let (v, q, elem) = (word(self.elem), self.step, self.elem);
+        let p = self.stretch() + v;
+        (0..v)
+            .step_by(4)
+            .map(|i| {
+                let mut words = [usize::MAX; 32];
+                for (w, word) in words.iter_mut().enumerate() {
+                    let e = w * v + i;
+                    if e % q < self.r {
+                        *word = ((e % q) * p + e / q) * elem / 4;
+                    }
+                }
+                words.sort_unstable();
+                let mut held = [0; 32];
+                for (k, &word) in words.iter().enumerate() {
+                    if word != usize::MAX && (k == 0 || words[k - 1] != word) {
+                        held[word % 32] += 1;
+                    }
+                }
+                held.into_iter().max().unwrap_or(0)
+            })
+            .sum()
     }
 
     /// The blocks of a launch: the long axis in stretches, and the grids.
@@ -229,6 +281,31 @@ mod tests {
         assert!(Narrow::of(&transpose(15, 300_000, 0), 16).is_some());
         assert!(Narrow::of(&transpose(16, 300_000, 0), 16).is_none());
         assert!(Narrow::of(&transpose(1, 300_000, 0), 1).is_none());
+    }
+
+    #[test]
+    fn rows_shift_between_banks_only_where_a_bank_holds_six_words_or_more() {
+        // u8 lines of 60: a warp's threads take every 16th line, 8 words in one bank
+        // (16 lines of 528 bytes apart is 0 banks).
+        let sixty = Narrow::of(&transpose(60, 500_000, 0), 1).expect("narrow");
+        assert_eq!(sixty.bank_words(), 8 * 4);
+        assert!(sixty.shifted());
+        // Lines of 7 to 40 bytes, 9 to 17 f16, or 4-byte elements: no shift.
+        for (r, elem) in [
+            (7, 1),
+            (17, 1),
+            (28, 1),
+            (33, 1),
+            (40, 1),
+            (9, 2),
+            (17, 2),
+            (7, 4),
+        ] {
+            let n = Narrow::of(&transpose(r, 500_000, 0), elem).expect("narrow");
+            assert!(!n.shifted(), "{r} x {elem} bytes");
+        }
+        // f16 lines of 25: 6.25 words a bank (a warp's mean).
+        assert!(Narrow::of(&transpose(25, 500_000, 0), 2).unwrap().shifted());
     }
 
     #[test]

@@ -125,6 +125,7 @@ fn table(longest: usize) -> Route {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::cuda::TileKernel;
     use crate::ops::exchange::{Exchange, Side, plan};
     use crate::spec::tensor::{Axis, Distribution, Layout};
 
@@ -264,6 +265,22 @@ mod tests {
             })
             .collect();
         assert_eq!(widths, [334, 333]);
+    }
+
+    #[test]
+    fn few_rows_with_gaps_between_grids_take_the_gapped_kernel() {
+        // f16 [5, 3000, 4001] slab 0 C -> slab 2 F on 2 ranks: rank 1 unpacks rows 0-2 of each
+        // 5 from rank 0, and rank 0 keeps its own rows 0-2. A sweep took them (its bands of 64
+        // lines holding 3), 1.06 ms on 2 H200s.
+        let ex = |me| exchange(&[5, 3000, 4001], 0, 2, Layout::F, 2, me);
+        for runs in [ex(1).unpack, ex(0).local] {
+            let [(_, _, Route::Tiles(g))] = &routes(&runs, 2)[..] else {
+                panic!("{:?}", routes(&runs, 2));
+            };
+            assert_eq!((g.rows, g.batches, g.outer.1), (3, 3000, 5));
+            let kernel = TileKernel::of(g, 2, (0, 0));
+            assert!(matches!(kernel, TileKernel::Gapped), "{kernel:?}");
+        }
     }
 
     #[test]
