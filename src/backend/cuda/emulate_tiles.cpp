@@ -8,7 +8,7 @@
 // the grid says, with nothing written elsewhere (the kernels across in whole destination
 // sectors, copy_grid_<bytes>t, on larger grids too, for their inner tiles, in strips, and
 // three-axis reversals with their grids folded as the host folds them; copy_narrow packing and
-// unpacking short axes; copy_gapped few rows with gaps between grids; copy_rows and copy_runs
+// unpacking short axes, its tile's rows shifted between banks or not; copy_gapped few rows with gaps between grids; copy_rows and copy_runs
 // runs contiguous on both sides from and to every place in a 16-byte word, and strided ones).
 // Exit status 0 when all do.
 #include <algorithm>

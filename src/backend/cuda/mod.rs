@@ -1117,6 +1117,7 @@ enum TileKernel {
 }
 
 impl TileKernel {
+    /// The kernel for `g`: a short axis packed, few rows with gaps, across, else square tiles.
     fn of(g: &RunGrid, elem: usize, ptrs: (u64, u64)) -> TileKernel {
         if let Some(narrow) = Narrow::of(g, elem) {
             return TileKernel::Narrow(narrow);

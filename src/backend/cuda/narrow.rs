@@ -14,7 +14,7 @@ fn word(elem: usize) -> usize {
 
 /// The elements of a block's shared tile (`copy_narrow_<bytes>`'s `tile`): 16 rows of 2048
 /// bytes and a word more each (a row starts a word on, to lie on words as its line does); the
-/// kernel's has 16 words more, past the rows, for their shifts between banks.
+/// shifted kernel's has 16 words more, past the rows, for their shifts between banks.
 fn tile_elements(elem: usize) -> usize {
     16 * (2048 / elem + word(elem))
 }
@@ -147,9 +147,9 @@ impl Narrow {
 
     /// Whether the tile's rows shift between banks (`copy_narrow_shifted_<bytes>`, the kernels'
     /// `Words::row`): 1- and 2-byte elements where the packed side's first warp meets 6 words
-    /// or more in one bank on average, unshifted (u8 lines of 60: 8, 2 shifted; 0.052 -> 0.041
+    /// or more in one bank on average, unshifted (u8 lines of 60: 8, 2 shifted; 0.052 -> 0.040
     /// ms on an H200; f16 lines of 60 0.065 -> 0.051). With fewer the shift's arithmetic costs
-    /// about what it saves (u8 lines of 28 and 40, 4 and 5 words a bank, ran 3-8% slower).
+    /// about what it saves (u8 lines of 28 and 40, 4 and 5 words a bank, ran 3-9% slower).
     fn shifts_rows(&self) -> bool {
         matches!(self.elem, 1 | 2) && self.bank_words() >= 6 * word(self.elem) / 4
     }
