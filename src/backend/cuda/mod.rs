@@ -1204,7 +1204,7 @@ fn load_module(
     opts: cudarc::nvrtc::CompileOptions,
     what: &str,
 ) -> Result<Arc<cudarc::driver::CudaModule>> {
-    let ptx = compile_ptx(source, opts, arch(ctx)?, what)?;
+    let ptx = compile_ptx(source, opts, arch_of(ctx.ordinal())?, what)?;
     Ok(ctx.load_module(ptx)?)
 }
 
@@ -1222,15 +1222,9 @@ fn compile_ptx(
     cudarc::nvrtc::compile_ptx_with_opts(source, opts).map_err(|e| anyhow!("NVRTC ({what}): {e:?}"))
 }
 
-/// NVRTC's virtual architecture for the context's GPU (`compute_90` on an H200): the kernels use
-/// conversions (bf16) that older default targets lack.
-fn arch(ctx: &CudaContext) -> Result<&'static str> {
-    let (major, minor) = ctx.compute_capability()?;
-    Ok(arch_name(major, minor))
-}
-
-/// NVRTC's virtual architecture for GPU `ordinal`, asked of the driver without a context (which
-/// another thread may be creating meanwhile).
+/// NVRTC's virtual architecture for GPU `ordinal` (`compute_90` on an H200: the kernels use
+/// conversions, bf16, that older default targets lack), asked of the driver without a context
+/// (which another thread may be creating meanwhile).
 fn arch_of(ordinal: usize) -> Result<&'static str> {
     use cudarc::driver::result::device;
     use cudarc::driver::sys::CUdevice_attribute as A;
