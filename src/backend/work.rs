@@ -188,17 +188,41 @@ impl PartialEq for Runs {
 
 impl Eq for Runs {}
 
+/// The most levels of grids a [`RunGrid`] holds beyond its first (a reversal of up to six axes:
+/// a run's elements, the runs of a grid, and four levels of grids).
+pub const MORE_LEVELS: usize = 3;
+
+/// A level of grids beyond a [`RunGrid`]'s first: `extent` of the blocks of grids below it,
+/// `step` apart (source, destination).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Level {
+    /// Blocks of the level below.
+    pub extent: usize,
+    /// From one block to the next (source, destination).
+    pub step: (usize, usize),
+}
+
+impl Level {
+    /// No level: one block.
+    pub const NONE: Level = Level {
+        extent: 1,
+        step: (0, 0),
+    };
+}
+
 /// Runs that make a batch of 2-D grids (a transpose is one): run `p * rows + q` starts at
 /// `src + p * outer.0 + q * step.0` in the source and `dst + p * outer.1 + q * step.1` in the
 /// destination, every run `count` elements `strides` apart. A backend may copy such runs in tiles,
-/// reading and writing along whichever axis is contiguous on each side.
+/// reading and writing along whichever axis is contiguous on each side. The grids may nest in
+/// further levels (`more`: a layout change of four axes or more), grid `p` then lying where
+/// [`RunGrid::grid_at`] says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RunGrid {
     /// The first run's first element in the source and in the destination.
     pub start: (usize, usize),
-    /// The number of grids.
+    /// The number of grids, of every level.
     pub batches: usize,
-    /// From one grid to the next (source, destination).
+    /// From one grid to the next within the first level (source, destination).
     pub outer: (usize, usize),
     /// Runs per grid.
     pub rows: usize,
@@ -208,67 +232,124 @@ pub struct RunGrid {
     pub count: usize,
     /// Between a run's elements (source, destination).
     pub strides: (usize, usize),
+    /// The levels of grids beyond the first, innermost first ([`Level::NONE`] where unused):
+    /// grid `p = p1 + b1 * (p2 + e2 * (p3 + ...))`, of `b1` grids a first-level block, lies
+    /// `p1` outer steps and `p_k` of level k's steps from the first.
+    pub more: [Level; MORE_LEVELS],
 }
 
 impl RunGrid {
+    /// No levels beyond the first.
+    pub const FLAT: [Level; MORE_LEVELS] = [Level::NONE; MORE_LEVELS];
+
     /// The grids `runs` make, where they make some: at least two runs of one length and
-    /// strides, with constant steps between runs and between grids.
+    /// strides, with constant steps between runs, between grids and between the blocks of each
+    /// further level (up to [`MORE_LEVELS`] of them).
     pub fn of(runs: &[Run]) -> Option<RunGrid> {
-        let (first, second) = (runs.first()?, runs.get(1)?);
+        let first = runs.first()?;
+        runs.get(1)?;
         let delta = |a: &Run, b: &Run| Some((b.src.checked_sub(a.src)?, b.dst.checked_sub(a.dst)?));
-        let step = delta(first, second)?;
-        let rows = (1..runs.len())
-            .find(|&k| delta(&runs[k - 1], &runs[k]) != Some(step))
-            .unwrap_or(runs.len());
-        if !runs.len().is_multiple_of(rows) {
+        // Each level: its blocks of the level below (the first, the runs) and their step.
+        let mut levels: Vec<(usize, (usize, usize))> = Vec::new();
+        let mut block = 1;
+        while block < runs.len() {
+            if levels.len() == 2 + MORE_LEVELS || !runs.len().is_multiple_of(block) {
+                return None;
+            }
+            let step = delta(first, &runs[block])?;
+            let blocks = runs.len() / block;
+            let at = |j: usize| &runs[j * block];
+            let n = (1..blocks)
+                .find(|&j| delta(at(j - 1), at(j)) != Some(step))
+                .unwrap_or(blocks);
+            levels.push((n, step));
+            block *= n;
+        }
+        let fits = runs.iter().enumerate().all(|(k, r)| {
+            let (mut rest, mut at) = (k, (first.src, first.dst));
+            for &(n, step) in &levels {
+                let i = rest % n;
+                rest /= n;
+                at = (at.0 + i * step.0, at.1 + i * step.1);
+            }
+            r.count == first.count
+                && (r.src_stride, r.dst_stride) == (first.src_stride, first.dst_stride)
+                && (r.src, r.dst) == at
+        });
+        if !fits {
             return None;
         }
-        let outer = match runs.get(rows) {
-            Some(next) => delta(first, next)?,
-            None => (0, 0),
-        };
-        let grid = RunGrid {
-            start: (first.src, first.dst),
-            batches: runs.len() / rows,
-            outer,
-            rows,
-            step,
-            count: first.count,
-            strides: (first.src_stride, first.dst_stride),
-        };
-        let fits = runs.iter().enumerate().all(|(k, r)| {
-            let (p, q) = (k / rows, k % rows);
-            r.count == grid.count
-                && (r.src_stride, r.dst_stride) == grid.strides
-                && r.src == grid.start.0 + p * outer.0 + q * step.0
-                && r.dst == grid.start.1 + p * outer.1 + q * step.1
-        });
-        fits.then(|| grid.oriented())
-    }
-
-    /// The same runs with the grids and the runs within them swapped where that lets a side
-    /// that neither steps nor strides by one element do so (a three-axis reversal whose runs go
-    /// along the last axis: its tiles must cross the first and last axes, not the last two).
-    /// The runs are the same set; only the order a tile kernel takes them in changes.
-    fn oriented(self) -> RunGrid {
-        let swapped = RunGrid {
-            batches: self.rows,
-            outer: self.step,
-            rows: self.batches,
-            step: self.outer,
-            ..self
-        };
-        let unit = |g: &RunGrid| {
-            [(g.step.0, g.strides.0), (g.step.1, g.strides.1)]
+        // The runs within a grid: the level whose steps let more sides step or stride by one
+        // element (a reversal whose runs go along its last axis: its tiles must cross the first
+        // and last axes, not the last two); the first where none does better. The runs are the
+        // same set; only the order a tile kernel takes them in changes.
+        let strides = (first.src_stride, first.dst_stride);
+        let unit = |(_, step): &(usize, (usize, usize))| {
+            [(step.0, strides.0), (step.1, strides.1)]
                 .iter()
                 .filter(|&&(step, stride)| step == 1 || stride == 1)
                 .count()
         };
-        if self.batches > 1 && unit(&swapped) > unit(&self) {
-            swapped
-        } else {
-            self
+        let within = (1..levels.len())
+            .filter(|&l| unit(&levels[l]) > unit(&levels[0]))
+            .max_by_key(|&l| (unit(&levels[l]), std::cmp::Reverse(l)))
+            .unwrap_or(0);
+        let (rows, step) = levels.remove(within);
+        let mut more = Self::FLAT;
+        for (m, &(extent, step)) in more.iter_mut().zip(levels.iter().skip(1)) {
+            *m = Level { extent, step };
         }
+        let (b1, outer) = levels.first().copied().unwrap_or((1, (0, 0)));
+        Some(RunGrid {
+            start: (first.src, first.dst),
+            batches: runs.len() / rows,
+            outer: if b1 > 1 { outer } else { (0, 0) },
+            rows,
+            step,
+            count: first.count,
+            strides,
+            more,
+        })
+    }
+
+    /// Whether the grids nest in more than one level.
+    pub fn nested(&self) -> bool {
+        self.more.iter().any(|l| l.extent > 1)
+    }
+
+    /// The grids of a first-level block.
+    pub fn first_level(&self) -> usize {
+        self.batches / self.more.iter().map(|l| l.extent).product::<usize>()
+    }
+
+    /// Where grid `p` starts, past the first grid's start (source, destination).
+    pub fn grid_at(&self, p: usize) -> (usize, usize) {
+        let b1 = self.first_level();
+        let (mut rest, mut at) = (p / b1, (p % b1 * self.outer.0, p % b1 * self.outer.1));
+        for l in &self.more {
+            let i = rest % l.extent;
+            rest /= l.extent;
+            at = (at.0 + i * l.step.0, at.1 + i * l.step.1);
+        }
+        at
+    }
+
+    /// The levels beyond the first as a kernel walks them: every `every` grids (0: never) the
+    /// next grid lies `jump` elements (source, destination) from where the level below's steps
+    /// reach, so that grid p lies at `p * outer + sum of (p / every) * jump`.
+    pub fn wraps(&self) -> [(usize, (i64, i64)); MORE_LEVELS] {
+        let (mut every, mut below) = (self.first_level(), (self.first_level(), self.outer));
+        self.more.map(|l| {
+            if l.extent <= 1 {
+                return (0, (0, 0));
+            }
+            let (n, (s, d)) = below;
+            let jump = |to: usize, from: usize| to as i64 - (n * from) as i64;
+            let wrap = (every, (jump(l.step.0, s), jump(l.step.1, d)));
+            every *= l.extent;
+            below = (l.extent, l.step);
+            wrap
+        })
     }
 }
 
@@ -574,6 +655,72 @@ mod tests {
         named.sort_unstable();
         given.sort_unstable();
         assert_eq!(named, given);
+    }
+
+    /// The runs of a C-order `shape` to F order, along the last axis (contiguous in the
+    /// source), the odometer over the others (the next-to-last fastest).
+    fn reversal(shape: &[usize]) -> Vec<Run> {
+        let nd = shape.len();
+        let c: Vec<usize> = (0..nd).map(|a| shape[a + 1..].iter().product()).collect();
+        let f: Vec<usize> = (0..nd).map(|a| shape[..a].iter().product()).collect();
+        let lines: usize = shape[..nd - 1].iter().product();
+        (0..lines)
+            .map(|mut k| {
+                let (mut src, mut dst) = (0, 0);
+                for a in (0..nd - 1).rev() {
+                    (src, dst) = (src + k % shape[a] * c[a], dst + k % shape[a] * f[a]);
+                    k /= shape[a];
+                }
+                run(src, dst, shape[nd - 1], (1, f[nd - 1]))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn reversals_of_four_to_six_axes_are_nested_grids_across_their_first_and_last() {
+        for shape in [
+            &[3, 4, 5, 6][..],
+            &[2, 3, 2, 5, 7],
+            &[2, 3, 4, 2, 3, 5],
+            &[64, 64, 64, 64],
+        ] {
+            let runs = reversal(shape);
+            let g = RunGrid::of(&runs).expect("nested grids");
+            assert!(g.nested(), "{shape:?}");
+            // Tiles cross the source's contiguous axis (a run's) and the destination's (the
+            // first, the runs within a grid).
+            assert_eq!(
+                (g.strides.0, g.step.1, g.rows),
+                (1, 1, shape[0]),
+                "{shape:?}"
+            );
+            // Each (p, q) names one run, and all of them once; the kernels' wraps agree.
+            let mut named: Vec<(usize, usize)> = (0..g.batches * g.rows)
+                .map(|k| {
+                    let (p, q) = (k / g.rows, k % g.rows);
+                    let at = g.grid_at(p);
+                    let wrapped = g.wraps().iter().fold(
+                        ((p * g.outer.0) as i64, (p * g.outer.1) as i64),
+                        |(s, d), &(every, jump)| match every {
+                            0 => (s, d),
+                            n => (s + (p / n) as i64 * jump.0, d + (p / n) as i64 * jump.1),
+                        },
+                    );
+                    assert_eq!(wrapped, (at.0 as i64, at.1 as i64));
+                    (
+                        g.start.0 + at.0 + q * g.step.0,
+                        g.start.1 + at.1 + q * g.step.1,
+                    )
+                })
+                .collect();
+            let mut given: Vec<(usize, usize)> = runs.iter().map(|r| (r.src, r.dst)).collect();
+            named.sort_unstable();
+            given.sort_unstable();
+            assert_eq!(named, given, "{shape:?}");
+        }
+        // Seven axes nest deeper than a grid holds; three make no nesting.
+        assert_eq!(RunGrid::of(&reversal(&[2, 2, 3, 2, 2, 3, 4])), None);
+        assert!(!RunGrid::of(&reversal(&[3, 4, 5])).expect("grids").nested());
     }
 
     #[test]

@@ -311,7 +311,7 @@ pub enum Kernel {
     /// `counts[q]` elements.
     ReduceScatter {
         /// The packing.
-        runs: Option<Runs>,
+        runs: Option<Box<Runs>>,
         /// Every rank's block's elements.
         counts: Vec<usize>,
         /// The operator.

@@ -48,7 +48,7 @@ impl Collective for ReduceScatter {
         let (runs, counts) = blocks(m);
         let packs = !in_rank_order(&runs, m.piece(m.input, rank) as usize / elem(m));
         Ok(Kernel::ReduceScatter {
-            runs: packs.then_some(runs),
+            runs: packs.then(|| Box::new(runs)),
             counts,
             op: self.reduce,
         })

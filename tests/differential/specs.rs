@@ -198,6 +198,10 @@ impl Gen {
             Kind::Cyclic,
             Kind::Boxes,
         ];
+        // Process grids take at most three axes.
+        let kinds: Vec<Kind> = (kinds.into_iter())
+            .filter(|k| shape.len() <= 3 || !matches!(k, Kind::Block | Kind::Cyclic))
+            .collect();
         let k = self.rng.pick(&kinds);
         self.dist_of(k, shape)
     }
@@ -695,6 +699,8 @@ impl Gen {
             None => {
                 let shape = if self.rng.chance(0.2) {
                     self.long_shape()
+                } else if self.rng.chance(0.15) {
+                    self.deep_shape()
                 } else {
                     self.shape(3)
                 };
@@ -740,6 +746,13 @@ impl Gen {
             shape.insert(0, long);
         }
         shape
+    }
+
+    /// 4 or 5 axes of 1 to 9 elements: layout changes whose runs nest grids in levels (the
+    /// axes between a side's contiguous one and the other's), which the GPU moves in one launch.
+    fn deep_shape(&mut self) -> Vec<usize> {
+        let nd = self.rng.range(4, 5);
+        (0..nd).map(|_| self.rng.range(1, 9)).collect()
     }
 
     /// 1 to `max_nd` axes of small, uneven lengths.

@@ -1,16 +1,17 @@
-// The backend's copy kernels (copy_grid_*, copy_narrow_*, copy_gapped_*, copy_rows, copy_runs)
-// run on the CPU: a host C++ compiler builds the CUDA source (kernels.cu, written beside this
-// file by the test that compiles it) with the few CUDA names they use stood in for, and every
-// block runs as 32 x 8 threads (256 x 1 for copy_narrow, copy_rows and copy_runs) that meet at
-// each __syncthreads (a std::barrier). Each kernel copies grids of every shape class (whole
-// tiles, edges, lines shorter than a word, batches, offset starts) both ways across (the shifted
-// kernels, lines starting anywhere in a word, alongside too), and every element must land where
-// the grid says, with nothing written elsewhere (the kernels across in whole destination
-// sectors, copy_grid_<bytes>t, on larger grids too, for their inner tiles, in strips, and
-// three-axis reversals with their grids folded as the host folds them; copy_narrow packing and
-// unpacking short axes, its tile's rows shifted between banks or not; copy_gapped few rows with gaps between grids; copy_rows and copy_runs
-// runs contiguous on both sides from and to every place in a 16-byte word, and strided ones).
-// Exit status 0 when all do.
+// The backend's copy kernels (copy_grid_*, copy_narrow_*, copy_gapped_*, copy_nested_*,
+// copy_rows, copy_runs) run on the CPU: a host C++ compiler builds the CUDA source (kernels.cu,
+// written beside this file by the test that compiles it) with the few CUDA names they use stood
+// in for, and every block runs as 32 x 8 threads (256 x 1 for copy_narrow, copy_rows and
+// copy_runs) that meet at each __syncthreads (a std::barrier). Each kernel copies grids of every
+// shape class (whole tiles, edges, lines shorter than a word, batches, offset starts) both ways
+// across (the shifted kernels, lines starting anywhere in a word, alongside too), and every
+// element must land where the grid says, with nothing written elsewhere (the kernels across in
+// whole destination sectors, copy_grid_<bytes>t, on larger grids too, for their inner tiles, in
+// strips, and three-axis reversals with their grids folded as the host folds them; copy_narrow
+// packing and unpacking short axes, its tile's rows shifted between banks or not; copy_gapped few
+// rows with gaps between grids; copy_nested the grids of four- and five-axis layout changes,
+// nested in levels; copy_rows and copy_runs runs contiguous on both sides from and to every
+// place in a 16-byte word, and strided ones). Exit status 0 when all do.
 #include <algorithm>
 #include <barrier>
 #include <cstdint>
@@ -142,17 +143,23 @@ static Sweep sweep(const Grid& g, int load_q, int fold, unsigned long long strip
     return s;
 }
 
+// Where grid p starts past grid 0 (source, destination): p outer steps, or a nested grid's.
+static std::pair<size_t, size_t> grid_at(const Grid& g, unsigned long long p) {
+    return {p * g.outer_s, p * g.outer_d};
+}
+static std::pair<size_t, size_t> grid_at(const Nested& g, unsigned long long p) { return {g.at_s(p), g.at_d(p)}; }
+
 // The elements of `batches` grids `g` misplaced in `dst` (copied from `src`), and those written
 // outside them (`dst` was all 0xa5 bytes).
-template <typename E>
-static int misplaced(const Grid& g, const E* src, const E* dst, size_t n_d) {
+template <typename E, typename G>
+static int misplaced(const G& g, const E* src, const E* dst, size_t n_d) {
     std::vector<char> in_grid(n_d, 0);
     int bad = 0;
     for (unsigned long long p = 0; p < g.batches; p++)
         for (unsigned long long q = 0; q < g.rows; q++)
             for (unsigned long long i = 0; i < g.count; i++) {
-                size_t s = g.start_s + p * g.outer_s + q * g.step_s + i * g.stride_s;
-                size_t d = g.start_d + p * g.outer_d + q * g.step_d + i * g.stride_d;
+                size_t s = g.start_s + grid_at(g, p).first + q * g.step_s + i * g.stride_s;
+                size_t d = g.start_d + grid_at(g, p).second + q * g.step_d + i * g.stride_d;
                 in_grid[d] = 1;
                 bad += std::memcmp(&dst[d], &src[s], sizeof(E)) != 0;
             }
@@ -252,6 +259,61 @@ static int check_reversal(const char* name, const AcrossKernel<E> (&kernels)[3],
     if (bad)
         std::printf("%s: [%llu, %llu, %llu] to F order, read along %s, fold %d, strips of %llu: %d misplaced\n", name, I,
                     J, K, load_q ? "runs" : "elements", fold, strip, bad);
+    return bad;
+}
+
+// Copies a C-order `shape` of four axes or more to F order, or back (`to_c`), between elements
+// `starts` of two buffers, as the host takes such a layout change: grids of the two contiguous
+// axes (a run along the source's, the runs down the destination's), nested in levels of the axes
+// between (the host's `RunGrid::wraps`: dividers and jumps), with copy_nested_<bytes> in tiles
+// of `side` (`wide`: lines whole words on word starts); blocks along z for half the grids, so
+// that each takes several. Returns the misplaced elements.
+template <typename E>
+static int check_nested(const char* name, void (*kernel)(const E*, E*, Nested, int, int, int, int), unsigned side,
+                        int wide, const std::vector<unsigned long long>& shape, bool to_c,
+                        std::pair<unsigned long long, unsigned long long> starts) {
+    const size_t nd = shape.size();
+    std::vector<unsigned long long> c(nd, 1), f(nd, 1);
+    for (size_t a = 0; a < nd; a++)
+        for (size_t b = 0; b < nd; b++) (b > a ? c : f)[a] *= b == a ? 1 : shape[b];
+    const auto &ss = to_c ? f : c, &ds = to_c ? c : f;
+    // The source's contiguous axis (a run's), the destination's (the runs'), the axes between
+    // innermost first as the source's order takes them.
+    const size_t ca = to_c ? 0 : nd - 1, ra = to_c ? nd - 1 : 0;
+    std::vector<size_t> mid;
+    for (size_t k = 1; k + 1 < nd; k++) mid.push_back(to_c ? k : nd - 1 - k);
+    Nested g{};
+    std::tie(g.start_s, g.start_d) = starts;
+    g.count = shape[ca], g.stride_s = ss[ca], g.stride_d = ds[ca];
+    g.rows = shape[ra], g.step_s = ss[ra], g.step_d = ds[ra];
+    g.outer_s = ss[mid[0]], g.outer_d = ds[mid[0]];
+    g.batches = shape[mid[0]];
+    for (size_t k = 1; k < mid.size(); k++) {
+        const size_t m = mid[k], below = mid[k - 1];
+        const auto [mul, shift] = divider(g.batches);
+        g.mul[k - 1] = (unsigned)mul, g.shift[k - 1] = (unsigned)shift;
+        g.jump_s[k - 1] = (long long)ss[m] - (long long)(shape[below] * ss[below]);
+        g.jump_d[k - 1] = (long long)ds[m] - (long long)(shape[below] * ds[below]);
+        g.batches *= shape[m];
+    }
+    size_t n = 1;
+    for (auto x : shape) n *= x;
+    const size_t n_s = g.start_s + n, n_d = g.start_d + n + 4;
+    E* src = (E*)std::aligned_alloc(64, (n_s * sizeof(E) + 63) / 64 * 64);
+    E* dst = (E*)std::aligned_alloc(64, (n_d * sizeof(E) + 63) / 64 * 64);
+    for (size_t k = 0; k < n_s; k++) src[k] = value<E>(k);
+    std::memset(dst, 0xa5, n_d * sizeof(E));
+    auto tiles = [side](unsigned long long m) { return (unsigned)((m + side - 1) / side); };
+    launch({tiles(g.rows), tiles(g.count), (unsigned)(g.batches + 1) / 2},
+           [&] { kernel(src, dst, g, 0, 1, wide, 0); });
+    const int bad = misplaced(g, src, dst, n_d);
+    if (bad) {
+        std::printf("%s (tiles of %u, wide %d): [", name, side, wide);
+        for (auto x : shape) std::printf(" %llu", x);
+        std::printf(" ] to %s order: %d misplaced\n", to_c ? "C" : "F", bad);
+    }
+    std::free(src);
+    std::free(dst);
     return bad;
 }
 
@@ -490,6 +552,28 @@ int main() {
             bad += check_reversal<unsigned short>("copy_grid_2t", halves, 8, 6, 132, load_q, fold, 2, 0);
             bad += check_reversal<unsigned int>("copy_grid_4t", words, 8, 6, 132, load_q, fold, 2, 0);
             runs += 3;
+        }
+    // Layout changes of four and five axes: grids nested in levels, both ways, element by
+    // element and (where lines are whole words) in words.
+    const std::vector<std::vector<unsigned long long>> deep = {{5, 3, 4, 70}, {8, 2, 3, 3, 12}, {131, 2, 3, 9}};
+    for (auto& shape : deep)
+        for (bool to_c : {false, true}) {
+            const bool whole = shape.front() % 4 == 0 && shape.back() % 4 == 0;
+            auto nested = [&](const char* name, auto kernel, unsigned side, int wide) {
+                bad += check_nested(name, kernel, side, wide, shape, to_c, wide ? std::pair{4ull, 8ull} : std::pair{3ull, 5ull});
+                runs++;
+            };
+            nested("copy_nested_1", copy_nested_1, 32, 0);
+            nested("copy_nested_2", copy_nested_2, 32, 0);
+            nested("copy_nested_4", copy_nested_4, 32, 0);
+            nested("copy_nested_8", copy_nested_8, 32, 0);
+            nested("copy_nested_16", copy_nested_16, 32, 0);
+            if (whole) {
+                nested("copy_nested_1", copy_nested_1, 128, 1);
+                nested("copy_nested_2", copy_nested_2, 128, 1);
+                nested("copy_nested_4", copy_nested_4, 64, 1);
+                nested("copy_nested_8", copy_nested_8, 64, 1);
+            }
         }
     // A short axis packed on one side: 2 to 63 elements, stretches whole and cut short, batches;
     // lines and stretches on 16-byte words and off them.

@@ -612,6 +612,7 @@ impl Cuda<'_> {
             step: (1, n),
             count: n,
             strides: (pitch, 1),
+            more: RunGrid::FLAT,
         };
         self.copy_grid_at(&self.stream, (src, s), &there, elem)?;
         plan.exec(handle, s, s, precision)?;

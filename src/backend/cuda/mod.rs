@@ -20,14 +20,14 @@ mod window;
 pub mod window_puts;
 
 use super::{Backend, Out, Puts, Rows};
-use crate::backend::work::{self, Addends, Derived, Phase, Run, RunGrid, Runs, View};
+use crate::backend::work::{self, Addends, Derived, MORE_LEVELS, Phase, Run, RunGrid, Runs, View};
 use crate::ops::checks::{Along, C, Dot, Gap, Lanes, Matrix};
 use crate::ops::sum::Sum;
 use crate::runtime::comm::{Group, Parts};
 use crate::spec::model::DeviceMap;
 use crate::spec::step::{Epilog, ReduceOp};
 use crate::spec::tensor::DType;
-use across::{Fold, Sweep};
+use across::{Fold, Sweep, divider};
 use anyhow::{Context as _, Result, anyhow, bail};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig,
@@ -157,6 +157,30 @@ extern "C" __global__ void copy_runs(const unsigned char* src, unsigned char* ds
 struct Grid {
     unsigned long long start_s, start_d, batches, outer_s, outer_d, rows, step_s, step_d, count,
         stride_s, stride_d;
+};
+
+// Grids nested in further levels (a layout change of four axes or more; copy_nested_*): every
+// `every` grids the next lies jump_s[k] / jump_d[k] elements from where the steps below reach,
+// so that grid p starts at_s(p) / at_d(p) past grid 0 (the host's `RunGrid::wraps`). p / every
+// is umulhi(p, mul[k]) >> shift[k] (the host's `divider`; mul 0 where no such level), a grid
+// index below 2^31: no 64-bit division in the kernels. A struct of its own: any change to
+// `Grid` moved the other kernels' registers (copy_grid_8s from 64 to 108-173).
+struct Nested : Grid {
+    unsigned int mul[3], shift[3];
+    long long jump_s[3], jump_d[3];
+    __device__ __forceinline__ unsigned long long wrapped(unsigned long long p, const long long* jump) const {
+        unsigned long long o = 0;
+#pragma unroll
+        for (int k = 0; k < 3; k++)
+            o += (unsigned long long)(__umulhi((unsigned int)p, mul[k]) >> shift[k]) * (unsigned long long)jump[k];
+        return o;
+    }
+    __device__ __forceinline__ unsigned long long at_s(unsigned long long p) const {
+        return p * outer_s + wrapped(p, jump_s);
+    }
+    __device__ __forceinline__ unsigned long long at_d(unsigned long long p) const {
+        return p * outer_d + wrapped(p, jump_d);
+    }
 };
 
 // A grid of runs contiguous on both sides (strides 1), a group of `lanes` threads a run (blocks
@@ -366,9 +390,10 @@ __device__ __forceinline__ void shifted_tile(const E* sp, E* dp, const Grid& g, 
     __syncthreads();
 }
 
-template <typename E, typename W, int V, int H, bool S = false>
+// G is Grid, or Nested (NEST) for grids nested in levels.
+template <typename E, typename W, int V, int H, bool S = false, bool NEST = false, typename G = Grid>
 __device__ __forceinline__ void grid_tiles(const E* __restrict__ s, E* __restrict__ d,
-                                           const Grid& g, int load_q, int store_q, E* tile) {
+                                           const G& g, int load_q, int store_q, E* tile) {
     typedef unsigned long long u64;
     constexpr unsigned int T = 32 * V * H, P = T + 1, N = T / 8;
     const u64 tq = (g.rows + T - 1) / T, ti = (g.count + T - 1) / T;
@@ -378,8 +403,10 @@ __device__ __forceinline__ void grid_tiles(const E* __restrict__ s, E* __restric
     for (u64 bq = blockIdx.x; bq < tq; bq += gridDim.x)
     for (u64 bi = blockIdx.y; bi < ti; bi += gridDim.y) {
         const u64 q0 = bq * T, i0 = bi * T;
-        const E* sp = s + p * g.outer_s + q0 * g.step_s + i0 * g.stride_s;
-        E* dp = d + p * g.outer_d + q0 * g.step_d + i0 * g.stride_d;
+        u64 ps = p * g.outer_s, pd = p * g.outer_d;
+        if constexpr (NEST) ps = g.at_s(p), pd = g.at_d(p);
+        const E* sp = s + ps + q0 * g.step_s + i0 * g.stride_s;
+        E* dp = d + pd + q0 * g.step_d + i0 * g.stride_d;
         const u64 lim_q = g.rows - q0, lim_i = g.count - i0;
         if constexpr (sizeof(E) == 1 && V == 4) {
             if (load_q != store_q && lim_q >= T && lim_i >= T) {
@@ -500,6 +527,24 @@ COPY_SHIFTED(1, unsigned char, unsigned int, 4, COMMA 3)
 COPY_SHIFTED(2, unsigned short, unsigned long long, 4, COMMA 3)
 COPY_SHIFTED(4, unsigned int, unsigned long long, 2, COMMA 4)
 COPY_SHIFTED(8, unsigned long long, uint4, 2, )
+
+// copy_nested_<bytes>: grids nested in levels (a layout change of four axes or more), in square
+// tiles as copy_grid_<bytes> moves them, in words where `wide`, else one element at a time.
+// Kernels of their own: the wraps' arithmetic in copy_grid_<bytes> moved the registers of the
+// grids of one level (f64 4097 x 5001 to F order 0.092 -> 0.099 ms on an H200, bench/RESULTS.md,
+// 2026-11-28 twenty-third session).
+#define COPY_NESTED(NAME, E, W, V, MINB)                                                         \
+    extern "C" __global__ void __launch_bounds__(256 MINB) copy_nested_##NAME(                   \
+        const E* src, E* dst, Nested g, int load_q, int store_q, int wide, int) {                \
+        __shared__ __align__(16) E tile[TILE(V)];                                                \
+        if (V > 1 && wide) grid_tiles<E, W, V, 1, false, true>(src, dst, g, load_q, store_q, tile); \
+        else grid_tiles<E, E, 1, 1, false, true>(src, dst, g, load_q, store_q, tile);            \
+    }
+COPY_NESTED(1, unsigned char, unsigned int, 4, COMMA 4)
+COPY_NESTED(2, unsigned short, unsigned long long, 4, COMMA 4)
+COPY_NESTED(4, unsigned int, unsigned long long, 2, COMMA 4)
+COPY_NESTED(8, unsigned long long, uint4, 2, COMMA 3)
+COPY_NESTED(16, uint4, uint4, 1, )
 
 // copy_grid_1t and copy_grid_2t: 1- and 2-byte elements across (the source's lines along one
 // axis, the destination's along the other) where lines start anywhere in a word on both sides,
@@ -1050,19 +1095,31 @@ fn wide_words(g: &RunGrid, elem: usize, ptrs: (u64, u64)) -> bool {
         return false;
     };
     let word = (v * elem) as u64;
-    // Where the words start: the grid's start, each grid's, and each line across the
-    // contiguous axis must be whole words apart.
-    let side = |start: usize, outer: usize, step: usize, stride: usize, ptr: u64| {
+    // Where the words start: the grid's start, each grid's (of every level), and each line
+    // across the contiguous axis must be whole words apart.
+    let levels = |outer: usize, side: fn((usize, usize)) -> usize| {
+        (g.batches <= 1 || outer.is_multiple_of(v))
+            && (g.more.iter()).all(|l| l.extent <= 1 || side(l.step).is_multiple_of(v))
+    };
+    let side = |start: usize, levels: bool, step: usize, stride: usize, ptr: u64| {
         let Some(line) = lines(step, stride) else {
             return false;
         };
-        ptr.is_multiple_of(word)
-            && start.is_multiple_of(v)
-            && (g.batches <= 1 || outer.is_multiple_of(v))
-            && line.is_multiple_of(v)
+        ptr.is_multiple_of(word) && start.is_multiple_of(v) && levels && line.is_multiple_of(v)
     };
-    side(g.start.0, g.outer.0, g.step.0, g.strides.0, ptrs.0)
-        && side(g.start.1, g.outer.1, g.step.1, g.strides.1, ptrs.1)
+    side(
+        g.start.0,
+        levels(g.outer.0, |s| s.0),
+        g.step.0,
+        g.strides.0,
+        ptrs.0,
+    ) && side(
+        g.start.1,
+        levels(g.outer.1, |s| s.1),
+        g.step.1,
+        g.strides.1,
+        ptrs.1,
+    )
 }
 
 /// The step between the lines of one side of a grid (its runs' `step`, their elements'
@@ -1107,6 +1164,9 @@ enum TileKernel {
     Gapped,
     /// Across in whole destination sectors (`copy_grid_across`, `copy_grid_4_folded`).
     Across(Sweep),
+    /// Grids nested in levels: `copy_nested`, square tiles in words on both sides (`wide`) or
+    /// one element at a time.
+    Nested { wide: bool },
     /// Square tiles (`copy_grid`), in words on both sides (`wide`), in words shifted along each
     /// line (`shifted`) or two elements a thread (`pairs`).
     Square {
@@ -1117,8 +1177,14 @@ enum TileKernel {
 }
 
 impl TileKernel {
-    /// The kernel for `g`: a short axis packed, few rows with gaps, across, else square tiles.
+    /// The kernel for `g`: nested grids their own, else a short axis packed, few rows with
+    /// gaps, across, else square tiles.
     fn of(g: &RunGrid, elem: usize, ptrs: (u64, u64)) -> TileKernel {
+        if g.nested() {
+            return TileKernel::Nested {
+                wide: wide_words(g, elem, ptrs),
+            };
+        }
         if let Some(narrow) = Narrow::of(g, elem) {
             return TileKernel::Narrow(narrow);
         }
@@ -1162,6 +1228,41 @@ impl GridArg {
             g.strides.1,
         ];
         GridArg(fields.map(|x| x as u64))
+    }
+}
+
+/// A nested [`RunGrid`] as `copy_nested_<bytes>` takes it (the kernels' `Nested`): its
+/// [`GridArg`], then the further levels' wraps (see [`RunGrid::wraps`]): the dividers by each
+/// level's `every` (multipliers, shifts; 0 where none), source jumps, destination jumps.
+#[repr(C)]
+struct NestedArg(
+    GridArg,
+    [u32; MORE_LEVELS],
+    [u32; MORE_LEVELS],
+    [i64; MORE_LEVELS],
+    [i64; MORE_LEVELS],
+);
+
+// SAFETY: eleven u64s, six u32s and six i64s, laid out as the kernels' `Nested`.
+unsafe impl cudarc::driver::DeviceRepr for NestedArg {}
+
+// The kernels' `Nested` holds three levels' wraps.
+const _: () = assert!(MORE_LEVELS == 3);
+
+impl NestedArg {
+    fn of(g: &RunGrid) -> Self {
+        let wraps = g.wraps();
+        let div = wraps.map(|(every, _)| match every {
+            0 => (0, 0),
+            n => divider(n as u64),
+        });
+        NestedArg(
+            GridArg::of(g),
+            div.map(|(mul, _)| mul as u32),
+            div.map(|(_, shift)| shift as u32),
+            wraps.map(|(_, jump)| jump.0),
+            wraps.map(|(_, jump)| jump.1),
+        )
     }
 }
 
@@ -1292,6 +1393,8 @@ struct Kernels {
     /// copy_gapped_<bytes> for elements of 1, 2, 4, 8 and 16 bytes: few rows with gaps between
     /// grids (see `gapped_rows`).
     copy_gapped: [CudaFunction; 5],
+    /// copy_nested_<bytes> for elements of 1, 2, 4, 8 and 16 bytes: grids nested in levels.
+    copy_nested: [CudaFunction; 5],
     finish: CudaFunction,
     conj_copy: CudaFunction,
     scale_f32: CudaFunction,
@@ -1355,6 +1458,7 @@ impl Kernels {
                 module.load_function("copy_narrow_shifted_2")?,
             ],
             copy_gapped: sizes("copy_gapped")?,
+            copy_nested: sizes("copy_nested")?,
             finish: module.load_function("finish")?,
             conj_copy: module.load_function("conj_copy")?,
             scale_f32: module.load_function("scale_f32")?,
@@ -1856,6 +1960,48 @@ impl<'a> Cuda<'a> {
         Ok(())
     }
 
+    /// Grids nested in levels, with copy_nested: square tiles of 32 words (`wide`) or elements.
+    fn copy_nested(
+        &self,
+        stream: &Arc<CudaStream>,
+        (src, dst): (u64, u64),
+        g: &RunGrid,
+        (elem, wide): (usize, bool),
+    ) -> Result<()> {
+        let side = 32
+            * if wide {
+                word_elements(elem).unwrap_or(1)
+            } else {
+                1
+            };
+        let tiles = |n: usize| n.div_ceil(side).clamp(1, 65535) as u32;
+        let cfg = LaunchConfig {
+            grid_dim: (
+                tiles(g.rows),
+                tiles(g.count),
+                g.batches.clamp(1, 65535) as u32,
+            ),
+            block_dim: (32, 8, 1),
+            shared_mem_bytes: 0,
+        };
+        let load_q = i32::from(along_runs(g.step.0, g.strides.0));
+        let store_q = i32::from(along_runs(g.step.1, g.strides.1));
+        let (arg, wide) = (NestedArg::of(g), i32::from(wide));
+        let kernel = &self.kernels.copy_nested[elem.trailing_zeros() as usize];
+        let mut launch = stream.launch_builder(kernel);
+        launch
+            .arg(&src)
+            .arg(&dst)
+            .arg(&arg)
+            .arg(&load_q)
+            .arg(&store_q)
+            .arg(&wide)
+            .arg(&0i32);
+        // SAFETY: the grid's runs stay inside both buffers (their callers size them).
+        unsafe { launch.launch(cfg) }?;
+        Ok(())
+    }
+
     /// A grid with a short axis packed on one side or both, as `narrow` takes it (see
     /// [`Narrow`]).
     fn copy_narrow(
@@ -1903,6 +2049,9 @@ impl<'a> Cuda<'a> {
                 return self.copy_narrow(stream, (src, dst), &narrow, elem);
             }
             TileKernel::Gapped => return self.copy_gapped(stream, (src, dst), g, elem),
+            TileKernel::Nested { wide } => {
+                return self.copy_nested(stream, (src, dst), g, (elem, wide));
+            }
             TileKernel::Across(sweep) => {
                 return self.copy_across(stream, (src, dst), grid, &sweep, (elem, load_q));
             }
@@ -2816,6 +2965,7 @@ mod tests {
             step: (4195328, 1),
             count: 4097,
             strides: (1, 7168),
+            more: RunGrid::FLAT,
         };
         assert!(gapped_rows(&unpack));
         // No gaps (the folds take those), many rows, one grid, or runs not read along: not.
@@ -2899,7 +3049,7 @@ mod tests {
         let out = String::from_utf8_lossy(&ran.stdout);
         assert!(ran.status.success(), "{out}");
         assert!(
-            out.contains("1440 grid copies, 0 elements misplaced"),
+            out.contains("1478 grid copies, 0 elements misplaced"),
             "{out}"
         );
     }

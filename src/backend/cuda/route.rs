@@ -19,6 +19,27 @@ const PARTS_ANY_SIZE: usize = 8;
 /// The bytes a part must average where a list has more than [`PARTS_ANY_SIZE`] parts.
 const PART_BYTES: usize = 4 << 20;
 
+/// Grids nested in levels (a layout change of four axes or more) go to the tile kernels only
+/// where their tiles (32 words square) would hold at least this share of their elements; else
+/// the table. On an H200, tiles 12-25% full ran 2.4-8.8x faster than the table (f32 [64, 64,
+/// 64, 64] from F to C order 0.344 -> 0.040 ms, [8, 8, 512, 512] C -> F 0.867 -> 0.202), tiles
+/// 1-3% full 1.1-4.5x slower (f64 [6, 50, 70, 90, 11] C -> F 1.31 -> 2.13 ms, f16 [33, 65,
+/// 129, 17] 0.089 -> 0.099; bench/RESULTS.md, 2026-11-28 twenty-third session).
+const NESTED_FILL: f64 = 1.0 / 16.0;
+
+/// The most grids a nested grid may hold: the kernels divide grid indices in 32 bits, below
+/// 2^31 (the kernels' `Grid`).
+const NESTED_GRIDS_MOST: usize = 1 << 31;
+
+/// Whether the tile kernels take grid `g` of `elem`-byte elements: any grid of one level, a
+/// nested one where its tiles are filled enough ([`NESTED_FILL`]).
+fn tiled(g: &RunGrid, elem: usize) -> bool {
+    let side = 32 * super::word_elements(elem).unwrap_or(1);
+    let filled = |n: usize| n as f64 / n.next_multiple_of(side) as f64;
+    !g.nested()
+        || (g.batches < NESTED_GRIDS_MOST && filled(g.rows) * filled(g.count) >= NESTED_FILL)
+}
+
 /// How `copy_runs` moves a list of runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Route {
@@ -51,8 +72,9 @@ pub(super) enum Route {
 /// launch only where they are large.
 pub(super) fn routes(runs: &Runs, elem: usize) -> Vec<(Range<usize>, Derived, Route)> {
     let whole = runs.derived();
-    // (Parts are looked at only where the whole makes no grid.)
-    let parts = if whole.grid.is_none() {
+    // (Parts are looked at only where the whole makes no grid, or grids nested in levels,
+    // which the kernels a part's grid may take, narrow or gapped, do not.)
+    let parts = if whole.grid.is_none_or(|g| g.nested()) {
         runs.parts()
     } else {
         &[]
@@ -101,12 +123,13 @@ pub(super) fn route(runs: &[Run], derived: &Derived, elem: usize) -> Route {
         }
         _ => {}
     }
-    if let Some(grid) = derived.grid.filter(|_| matches!(elem, 1 | 2 | 4 | 8 | 16)) {
+    let grid = (derived.grid).filter(|g| matches!(elem, 1 | 2 | 4 | 8 | 16) && tiled(g, elem));
+    if let Some(grid) = grid {
         let bytes = grid.count * elem;
         if grid.strides != (1, 1) || bytes <= TILE_ROWS_MOST {
             return Route::Tiles(grid);
         }
-        if bytes <= ROWS_MOST {
+        if bytes <= ROWS_MOST && !grid.nested() {
             let lanes_log = if bytes >= 4096 { 6 } else { 5 };
             return Route::Rows { grid, lanes_log };
         }
@@ -280,6 +303,36 @@ mod tests {
             assert_eq!((g.rows, g.batches, g.outer.1), (3, 3000, 5));
             let kernel = TileKernel::of(g, 2, (0, 0));
             assert!(matches!(kernel, TileKernel::Gapped), "{kernel:?}");
+        }
+    }
+
+    #[test]
+    fn layout_changes_of_four_and_five_axes_take_the_nested_tiles() {
+        // They made no grid of one level (the runs' table, 4-18% of the copy bandwidth on an
+        // H200): one launch of tiles across the first axis and the last, the axes between nested.
+        for (shape, elem) in [
+            (&[64, 64, 64, 64][..], 4),
+            (&[16, 128, 128, 64], 4),
+            (&[8, 8, 512, 512], 4),
+            (&[16, 32, 64, 128], 8),
+            (&[40, 9, 10, 30, 70], 4),
+        ] {
+            let ex = exchange(shape, 0, 1, Layout::F, 1, 0);
+            let [(_, _, Route::Tiles(g))] = &routes(&ex.local, elem)[..] else {
+                panic!("{shape:?}: {:?}", routes(&ex.local, elem));
+            };
+            assert!(g.nested(), "{shape:?}");
+            let last = shape[shape.len() - 1] as usize;
+            assert_eq!((g.rows, g.count), (shape[0] as usize, last), "{shape:?}");
+            let kernel = TileKernel::of(g, elem, (0, 0));
+            assert!(matches!(kernel, TileKernel::Nested { .. }), "{kernel:?}");
+        }
+        // Tiles a few hundredths full stay in the table, which ran faster.
+        for (shape, elem) in [(&[6, 50, 70, 90, 11][..], 8), (&[33, 65, 129, 17], 2)] {
+            let ex = exchange(shape, 0, 1, Layout::F, 1, 0);
+            assert!(ex.local.derived().grid.is_some_and(|g| g.nested()));
+            let r = routes(&ex.local, elem);
+            assert!(matches!(&r[..], [(_, _, Route::Table { .. })]), "{r:?}");
         }
     }
 
