@@ -143,11 +143,16 @@ static Sweep sweep(const Grid& g, int load_q, int fold, unsigned long long strip
     return s;
 }
 
-// Where grid p starts past grid 0 (source, destination): p outer steps, or a nested grid's.
-static std::pair<size_t, size_t> grid_at(const Grid& g, unsigned long long p) {
-    return {p * g.outer_s, p * g.outer_d};
+// Where element i of run q of grid p lies past the grid's start (source, destination): a step
+// along each axis, or a nested grid's levels and folds.
+static std::pair<size_t, size_t> place(const Grid& g, unsigned long long p, unsigned long long q,
+                                       unsigned long long i) {
+    return {p * g.outer_s + q * g.step_s + i * g.stride_s, p * g.outer_d + q * g.step_d + i * g.stride_d};
 }
-static std::pair<size_t, size_t> grid_at(const Nested& g, unsigned long long p) { return {g.at_s(p), g.at_d(p)}; }
+static std::pair<size_t, size_t> place(const Nested& g, unsigned long long p, unsigned long long q,
+                                       unsigned long long i) {
+    return {g.at_s(p) + g.row_s(q) + g.col_s(i), g.at_d(p) + g.row_d(q) + g.col_d(i)};
+}
 
 // The elements of `batches` grids `g` misplaced in `dst` (copied from `src`), and those written
 // outside them (`dst` was all 0xa5 bytes).
@@ -158,8 +163,8 @@ static int misplaced(const G& g, const E* src, const E* dst, size_t n_d) {
     for (unsigned long long p = 0; p < g.batches; p++)
         for (unsigned long long q = 0; q < g.rows; q++)
             for (unsigned long long i = 0; i < g.count; i++) {
-                size_t s = g.start_s + grid_at(g, p).first + q * g.step_s + i * g.stride_s;
-                size_t d = g.start_d + grid_at(g, p).second + q * g.step_d + i * g.stride_d;
+                size_t s = g.start_s + place(g, p, q, i).first;
+                size_t d = g.start_d + place(g, p, q, i).second;
                 in_grid[d] = 1;
                 bad += std::memcmp(&dst[d], &src[s], sizeof(E)) != 0;
             }
@@ -266,11 +271,12 @@ static int check_reversal(const char* name, const AcrossKernel<E> (&kernels)[3],
 // `starts` of two buffers, as the host takes such a layout change: grids of the two contiguous
 // axes (a run along the source's, the runs down the destination's), nested in levels of the axes
 // between (the host's `RunGrid::wraps`: dividers and jumps), with copy_nested_<bytes> in tiles
-// of `side` (`wide`: lines whole words on word starts); blocks along z for half the grids, so
-// that each takes several. Returns the misplaced elements.
+// of `side` (`wide`: lines whole words on word starts); `fold`, a level taken into the rows and
+// one into a run's elements as the host takes them. Blocks along z for half the grids, so that
+// each takes several. Returns the misplaced elements.
 template <typename E>
 static int check_nested(const char* name, void (*kernel)(const E*, E*, Nested, int, int, int, int), unsigned side,
-                        int wide, const std::vector<unsigned long long>& shape, bool to_c,
+                        int wide, const std::vector<unsigned long long>& shape, bool to_c, bool fold,
                         std::pair<unsigned long long, unsigned long long> starts) {
     const size_t nd = shape.size();
     std::vector<unsigned long long> c(nd, 1), f(nd, 1);
@@ -286,8 +292,27 @@ static int check_nested(const char* name, void (*kernel)(const E*, E*, Nested, i
     std::tie(g.start_s, g.start_d) = starts;
     g.count = shape[ca], g.stride_s = ss[ca], g.stride_d = ds[ca];
     g.rows = shape[ra], g.step_s = ss[ra], g.step_d = ds[ra];
-    g.outer_s = ss[mid[0]], g.outer_d = ds[mid[0]];
-    g.batches = shape[mid[0]];
+    // Folded as the host folds (src/backend/cuda/nested.rs): the axis whose destination step is
+    // the rows' count taken into the rows, the one whose source step is a run's into its elements.
+    if (fold) {
+        auto take = [&](unsigned long long& len, const std::vector<unsigned long long>& unit, unsigned int& mul,
+                        unsigned int& shift, long long& js, long long& jd, unsigned long long by_s, unsigned long long by_d) {
+            for (size_t k = 0; k < mid.size(); k++)
+                if (unit[mid[k]] == len) {
+                    const auto [m, sh] = divider(len);
+                    mul = (unsigned)m, shift = (unsigned)sh;
+                    js = (long long)ss[mid[k]] - (long long)(len * by_s);
+                    jd = (long long)ds[mid[k]] - (long long)(len * by_d);
+                    len *= shape[mid[k]];
+                    mid.erase(mid.begin() + k);
+                    return;
+                }
+        };
+        take(g.rows, ds, g.mul_r, g.shift_r, g.jr_s, g.jr_d, g.step_s, g.step_d);
+        take(g.count, ss, g.mul_c, g.shift_c, g.jc_s, g.jc_d, g.stride_s, g.stride_d);
+    }
+    g.outer_s = mid.empty() ? 0 : ss[mid[0]], g.outer_d = mid.empty() ? 0 : ds[mid[0]];
+    g.batches = mid.empty() ? 1 : shape[mid[0]];
     for (size_t k = 1; k < mid.size(); k++) {
         const size_t m = mid[k], below = mid[k - 1];
         const auto [mul, shift] = divider(g.batches);
@@ -310,7 +335,7 @@ static int check_nested(const char* name, void (*kernel)(const E*, E*, Nested, i
     if (bad) {
         std::printf("%s (tiles of %u, wide %d): [", name, side, wide);
         for (auto x : shape) std::printf(" %llu", x);
-        std::printf(" ] to %s order: %d misplaced\n", to_c ? "C" : "F", bad);
+        std::printf(" ] to %s order%s: %d misplaced\n", to_c ? "C" : "F", fold ? ", folded" : "", bad);
     }
     std::free(src);
     std::free(dst);
@@ -554,25 +579,28 @@ int main() {
             runs += 3;
         }
     // Layout changes of four and five axes: grids nested in levels, both ways, element by
-    // element and (where lines are whole words) in words.
+    // element and (where lines are whole words) in words, levels taken into the rows and a run's
+    // elements or not.
     const std::vector<std::vector<unsigned long long>> deep = {{5, 3, 4, 70}, {8, 2, 3, 3, 12}, {131, 2, 3, 9}};
     for (auto& shape : deep)
         for (bool to_c : {false, true}) {
             const bool whole = shape.front() % 4 == 0 && shape.back() % 4 == 0;
-            auto nested = [&](const char* name, auto kernel, unsigned side, int wide) {
-                bad += check_nested(name, kernel, side, wide, shape, to_c, wide ? std::pair{4ull, 8ull} : std::pair{3ull, 5ull});
-                runs++;
+            auto nested = [&](const char* name, auto kernel, auto folded, unsigned side, int wide) {
+                const auto starts = wide ? std::pair{4ull, 8ull} : std::pair{3ull, 5ull};
+                bad += check_nested(name, kernel, side, wide, shape, to_c, false, starts);
+                bad += check_nested(name, folded, side, wide, shape, to_c, true, starts);
+                runs += 2;
             };
-            nested("copy_nested_1", copy_nested_1, 32, 0);
-            nested("copy_nested_2", copy_nested_2, 32, 0);
-            nested("copy_nested_4", copy_nested_4, 32, 0);
-            nested("copy_nested_8", copy_nested_8, 32, 0);
-            nested("copy_nested_16", copy_nested_16, 32, 0);
+            nested("copy_nested_1", copy_nested_1, copy_nested_folded_1, 32, 0);
+            nested("copy_nested_2", copy_nested_2, copy_nested_folded_2, 32, 0);
+            nested("copy_nested_4", copy_nested_4, copy_nested_folded_4, 32, 0);
+            nested("copy_nested_8", copy_nested_8, copy_nested_folded_8, 32, 0);
+            nested("copy_nested_16", copy_nested_16, copy_nested_folded_16, 32, 0);
             if (whole) {
-                nested("copy_nested_1", copy_nested_1, 128, 1);
-                nested("copy_nested_2", copy_nested_2, 128, 1);
-                nested("copy_nested_4", copy_nested_4, 64, 1);
-                nested("copy_nested_8", copy_nested_8, 64, 1);
+                nested("copy_nested_1", copy_nested_1, copy_nested_folded_1, 128, 1);
+                nested("copy_nested_2", copy_nested_2, copy_nested_folded_2, 128, 1);
+                nested("copy_nested_4", copy_nested_4, copy_nested_folded_4, 64, 1);
+                nested("copy_nested_8", copy_nested_8, copy_nested_folded_8, 64, 1);
             }
         }
     // A short axis packed on one side: 2 to 63 elements, stretches whole and cut short, batches;

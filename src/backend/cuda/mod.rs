@@ -12,6 +12,7 @@ mod fft;
 mod fill;
 mod lt;
 mod narrow;
+mod nested;
 pub mod nvshmem;
 mod peer_copy;
 pub mod probe;
@@ -20,7 +21,7 @@ mod window;
 pub mod window_puts;
 
 use super::{Backend, Out, Puts, Rows};
-use crate::backend::work::{self, Addends, Derived, MORE_LEVELS, Phase, Run, RunGrid, Runs, View};
+use crate::backend::work::{self, Addends, Derived, Phase, Run, RunGrid, Runs, View};
 use crate::ops::checks::{Along, C, Dot, Gap, Lanes, Matrix};
 use crate::ops::sum::Sum;
 use crate::runtime::comm::{Group, Parts};
@@ -165,9 +166,22 @@ struct Grid {
 // is umulhi(p, mul[k]) >> shift[k] (the host's `divider`; mul 0 where no such level), a grid
 // index below 2^31: no 64-bit division in the kernels. A struct of its own: any change to
 // `Grid` moved the other kernels' registers (copy_grid_8s from 64 to 108-173).
+// A level may be taken into the rows (where it continues them on the side they run along: row t
+// then lies t / per_r jumps jr_* further than its step reaches, per_r the rows before it) and one
+// into a run's elements (column c, jc_*): tiles then fill where the axes at both ends are short
+// (f64 [6, 50, 70, 90, 11] to F order: rows of 6 and 300 folded, elements of 11 and 990).
 struct Nested : Grid {
     unsigned int mul[3], shift[3];
     long long jump_s[3], jump_d[3];
+    unsigned int mul_r, shift_r, mul_c, shift_c;
+    long long jr_s, jr_d, jc_s, jc_d;
+    __device__ __forceinline__ unsigned long long row_s(unsigned long long t) const { return t * step_s + fold(t, mul_r, shift_r, jr_s); }
+    __device__ __forceinline__ unsigned long long row_d(unsigned long long t) const { return t * step_d + fold(t, mul_r, shift_r, jr_d); }
+    __device__ __forceinline__ unsigned long long col_s(unsigned long long c) const { return c * stride_s + fold(c, mul_c, shift_c, jc_s); }
+    __device__ __forceinline__ unsigned long long col_d(unsigned long long c) const { return c * stride_d + fold(c, mul_c, shift_c, jc_d); }
+    static __device__ __forceinline__ unsigned long long fold(unsigned long long t, unsigned int mul, unsigned int shift, long long jump) {
+        return (unsigned long long)(__umulhi((unsigned int)t, mul) >> shift) * (unsigned long long)jump;
+    }
     __device__ __forceinline__ unsigned long long wrapped(unsigned long long p, const long long* jump) const {
         unsigned long long o = 0;
 #pragma unroll
@@ -390,8 +404,9 @@ __device__ __forceinline__ void shifted_tile(const E* sp, E* dp, const Grid& g, 
     __syncthreads();
 }
 
-// G is Grid, or Nested (NEST) for grids nested in levels.
-template <typename E, typename W, int V, int H, bool S = false, bool NEST = false, typename G = Grid>
+// G is Grid, or Nested for grids nested in levels (NEST 1), their rows or elements folded (NEST
+// 2: element addresses through the folds).
+template <typename E, typename W, int V, int H, bool S = false, int NEST = 0, typename G = Grid>
 __device__ __forceinline__ void grid_tiles(const E* __restrict__ s, E* __restrict__ d,
                                            const G& g, int load_q, int store_q, E* tile) {
     typedef unsigned long long u64;
@@ -404,12 +419,12 @@ __device__ __forceinline__ void grid_tiles(const E* __restrict__ s, E* __restric
     for (u64 bi = blockIdx.y; bi < ti; bi += gridDim.y) {
         const u64 q0 = bq * T, i0 = bi * T;
         u64 ps = p * g.outer_s, pd = p * g.outer_d;
-        if constexpr (NEST) ps = g.at_s(p), pd = g.at_d(p);
+        if constexpr (NEST > 0) ps = g.at_s(p), pd = g.at_d(p);
         const E* sp = s + ps + q0 * g.step_s + i0 * g.stride_s;
         E* dp = d + pd + q0 * g.step_d + i0 * g.stride_d;
         const u64 lim_q = g.rows - q0, lim_i = g.count - i0;
         if constexpr (sizeof(E) == 1 && V == 4) {
-            if (load_q != store_q && lim_q >= T && lim_i >= T) {
+            if (load_q != store_q && lim_q >= T && lim_i >= T && NEST < 2) {
                 byte_tile<S>(sp, dp, g, load_q, (unsigned int*)tile);
                 continue;
             }
@@ -425,8 +440,10 @@ __device__ __forceinline__ void grid_tiles(const E* __restrict__ s, E* __restric
         for (unsigned int n = 0; n < N; n++) {
             const unsigned int j = threadIdx.y + 8 * n, c = (threadIdx.x + 32 * h) * V;
             const unsigned int tq_ = load_q ? c : j, ti_ = load_q ? j : c;
-            if (tq_ < lim_q && ti_ < lim_i && (load_q ? lim_q - tq_ : lim_i - ti_) >= V)
-                w[h][n] = *(const W*)(sp + tq_ * g.step_s + ti_ * g.stride_s);
+            if (tq_ < lim_q && ti_ < lim_i && (load_q ? lim_q - tq_ : lim_i - ti_) >= V) {
+                if constexpr (NEST == 2) w[h][n] = *(const W*)(s + ps + g.row_s(q0 + tq_) + g.col_s(i0 + ti_));
+                else w[h][n] = *(const W*)(sp + tq_ * g.step_s + ti_ * g.stride_s);
+            }
         }
 #pragma unroll
         for (unsigned int h = 0; h < H; h++)
@@ -446,6 +463,7 @@ __device__ __forceinline__ void grid_tiles(const E* __restrict__ s, E* __restric
                     for (int v = 0; v < V; v++) tile[at + v * next] = word_part<E, W>(w[h][n], v);
                 } else {
                     const E* from = sp + tq_ * g.step_s + ti_ * g.stride_s;
+                    if constexpr (NEST == 2) from = s + ps + g.row_s(q0 + tq_) + g.col_s(i0 + ti_);
                     for (unsigned int v = 0; v < left; v++) tile[at + v * next] = from[v];
                 }
             }
@@ -459,6 +477,7 @@ __device__ __forceinline__ void grid_tiles(const E* __restrict__ s, E* __restric
             const unsigned int tq_ = store_q ? c : j, ti_ = store_q ? j : c;
             if (tq_ >= lim_q || ti_ >= lim_i) continue;
             E* to = dp + tq_ * g.step_d + ti_ * g.stride_d;
+            if constexpr (NEST == 2) to = d + pd + g.row_d(q0 + tq_) + g.col_d(i0 + ti_);
             const unsigned int at = tq_ * P + ti_;
             if constexpr (V == 1) {
                 *to = tile[at];
@@ -529,22 +548,31 @@ COPY_SHIFTED(4, unsigned int, unsigned long long, 2, COMMA 4)
 COPY_SHIFTED(8, unsigned long long, uint4, 2, )
 
 // copy_nested_<bytes>: grids nested in levels (a layout change of four axes or more), in square
-// tiles as copy_grid_<bytes> moves them, in words where `wide`, else one element at a time.
-// Kernels of their own: the wraps' arithmetic in copy_grid_<bytes> moved the registers of the
-// grids of one level (f64 4097 x 5001 to F order 0.092 -> 0.099 ms on an H200, bench/RESULTS.md,
-// 2026-11-28 twenty-third session).
-#define COPY_NESTED(NAME, E, W, V, MINB)                                                         \
-    extern "C" __global__ void __launch_bounds__(256 MINB) copy_nested_##NAME(                   \
+// tiles as copy_grid_<bytes> moves them, in words where `wide`, else one element at a time;
+// copy_nested_folded_<bytes> the same with their rows or elements folded (NEST 2). Kernels of
+// their own: the wraps' arithmetic in copy_grid_<bytes> moved the registers of the grids of one
+// level (f64 4097 x 5001 to F order 0.092 -> 0.099 ms on an H200), the folds' at every element's
+// address slowed grids that need none (f32 64^4 to F order 0.038 -> 0.043 ms), and 8-byte
+// elements want their registers capped (three blocks an SM) folded, not otherwise (f64 [6, 50,
+// 70, 90, 11] to F order 0.201 -> 0.137 ms capped, c64 [8, 64, 64, 64] to C order 0.010 -> 0.024;
+// bench/RESULTS.md, 2026-11-28 twenty-third session).
+#define COPY_NESTED(NAME, NEST, E, W, V, MINB)                                                   \
+    extern "C" __global__ void __launch_bounds__(256 MINB) copy_##NAME(                          \
         const E* src, E* dst, Nested g, int load_q, int store_q, int wide, int) {                \
         __shared__ __align__(16) E tile[TILE(V)];                                                \
-        if (V > 1 && wide) grid_tiles<E, W, V, 1, false, true>(src, dst, g, load_q, store_q, tile); \
-        else grid_tiles<E, E, 1, 1, false, true>(src, dst, g, load_q, store_q, tile);            \
+        if (V > 1 && wide) grid_tiles<E, W, V, 1, false, NEST>(src, dst, g, load_q, store_q, tile); \
+        else grid_tiles<E, E, 1, 1, false, NEST>(src, dst, g, load_q, store_q, tile);            \
     }
-COPY_NESTED(1, unsigned char, unsigned int, 4, COMMA 4)
-COPY_NESTED(2, unsigned short, unsigned long long, 4, COMMA 4)
-COPY_NESTED(4, unsigned int, unsigned long long, 2, COMMA 4)
-COPY_NESTED(8, unsigned long long, uint4, 2, COMMA 3)
-COPY_NESTED(16, uint4, uint4, 1, )
+COPY_NESTED(nested_1, 1, unsigned char, unsigned int, 4, COMMA 4)
+COPY_NESTED(nested_2, 1, unsigned short, unsigned long long, 4, COMMA 4)
+COPY_NESTED(nested_4, 1, unsigned int, unsigned long long, 2, COMMA 4)
+COPY_NESTED(nested_8, 1, unsigned long long, uint4, 2, )
+COPY_NESTED(nested_16, 1, uint4, uint4, 1, )
+COPY_NESTED(nested_folded_1, 2, unsigned char, unsigned int, 4, COMMA 4)
+COPY_NESTED(nested_folded_2, 2, unsigned short, unsigned long long, 4, COMMA 4)
+COPY_NESTED(nested_folded_4, 2, unsigned int, unsigned long long, 2, COMMA 4)
+COPY_NESTED(nested_folded_8, 2, unsigned long long, uint4, 2, COMMA 3)
+COPY_NESTED(nested_folded_16, 2, uint4, uint4, 1, )
 
 // copy_grid_1t and copy_grid_2t: 1- and 2-byte elements across (the source's lines along one
 // axis, the destination's along the other) where lines start anywhere in a word on both sides,
@@ -1231,41 +1259,6 @@ impl GridArg {
     }
 }
 
-/// A nested [`RunGrid`] as `copy_nested_<bytes>` takes it (the kernels' `Nested`): its
-/// [`GridArg`], then the further levels' wraps (see [`RunGrid::wraps`]): the dividers by each
-/// level's `every` (multipliers, shifts; 0 where none), source jumps, destination jumps.
-#[repr(C)]
-struct NestedArg(
-    GridArg,
-    [u32; MORE_LEVELS],
-    [u32; MORE_LEVELS],
-    [i64; MORE_LEVELS],
-    [i64; MORE_LEVELS],
-);
-
-// SAFETY: eleven u64s, six u32s and six i64s, laid out as the kernels' `Nested`.
-unsafe impl cudarc::driver::DeviceRepr for NestedArg {}
-
-// The kernels' `Nested` holds three levels' wraps.
-const _: () = assert!(MORE_LEVELS == 3);
-
-impl NestedArg {
-    fn of(g: &RunGrid) -> Self {
-        let wraps = g.wraps();
-        let div = wraps.map(|(every, _)| match every {
-            0 => (0, 0),
-            n => divider(n as u64),
-        });
-        NestedArg(
-            GridArg::of(g),
-            div.map(|(mul, _)| mul as u32),
-            div.map(|(_, shift)| shift as u32),
-            wraps.map(|(_, jump)| jump.0),
-            wraps.map(|(_, jump)| jump.1),
-        )
-    }
-}
-
 /// The parts of a start-up and their times.
 struct Clock {
     laps: Vec<(&'static str, f64)>,
@@ -1393,8 +1386,9 @@ struct Kernels {
     /// copy_gapped_<bytes> for elements of 1, 2, 4, 8 and 16 bytes: few rows with gaps between
     /// grids (see `gapped_rows`).
     copy_gapped: [CudaFunction; 5],
-    /// copy_nested_<bytes> for elements of 1, 2, 4, 8 and 16 bytes: grids nested in levels.
-    copy_nested: [CudaFunction; 5],
+    /// copy_nested_<bytes> and copy_nested_folded_<bytes> for elements of 1, 2, 4, 8 and 16
+    /// bytes: grids nested in levels, their rows or elements folded or not.
+    copy_nested: [[CudaFunction; 5]; 2],
     finish: CudaFunction,
     conj_copy: CudaFunction,
     scale_f32: CudaFunction,
@@ -1458,7 +1452,7 @@ impl Kernels {
                 module.load_function("copy_narrow_shifted_2")?,
             ],
             copy_gapped: sizes("copy_gapped")?,
-            copy_nested: sizes("copy_nested")?,
+            copy_nested: [sizes("copy_nested")?, sizes("copy_nested_folded")?],
             finish: module.load_function("finish")?,
             conj_copy: module.load_function("conj_copy")?,
             scale_f32: module.load_function("scale_f32")?,
@@ -1960,7 +1954,9 @@ impl<'a> Cuda<'a> {
         Ok(())
     }
 
-    /// Grids nested in levels, with copy_nested: square tiles of 32 words (`wide`) or elements.
+    /// Grids nested in levels, with copy_nested: square tiles of 32 words (`wide`) or elements,
+    /// across the grid's rows and a run's elements with a level taken into each where one
+    /// continues them (see [`nested::Folded`]).
     fn copy_nested(
         &self,
         stream: &Arc<CudaStream>,
@@ -1974,6 +1970,8 @@ impl<'a> Cuda<'a> {
             } else {
                 1
             };
+        let folded = nested::Folded::of(g, side);
+        let g = &folded.grid;
         let tiles = |n: usize| n.div_ceil(side).clamp(1, 65535) as u32;
         let cfg = LaunchConfig {
             grid_dim: (
@@ -1986,8 +1984,9 @@ impl<'a> Cuda<'a> {
         };
         let load_q = i32::from(along_runs(g.step.0, g.strides.0));
         let store_q = i32::from(along_runs(g.step.1, g.strides.1));
-        let (arg, wide) = (NestedArg::of(g), i32::from(wide));
-        let kernel = &self.kernels.copy_nested[elem.trailing_zeros() as usize];
+        let (arg, wide) = (folded.arg(), i32::from(wide));
+        let kernel =
+            &self.kernels.copy_nested[usize::from(folded.folds())][elem.trailing_zeros() as usize];
         let mut launch = stream.launch_builder(kernel);
         launch
             .arg(&src)
@@ -3049,7 +3048,7 @@ mod tests {
         let out = String::from_utf8_lossy(&ran.stdout);
         assert!(ran.status.success(), "{out}");
         assert!(
-            out.contains("1478 grid copies, 0 elements misplaced"),
+            out.contains("1516 grid copies, 0 elements misplaced"),
             "{out}"
         );
     }

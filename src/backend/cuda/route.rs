@@ -36,8 +36,9 @@ const NESTED_GRIDS_MOST: usize = 1 << 31;
 fn tiled(g: &RunGrid, elem: usize) -> bool {
     let side = 32 * super::word_elements(elem).unwrap_or(1);
     let filled = |n: usize| n as f64 / n.next_multiple_of(side) as f64;
+    let f = super::nested::Folded::of(g, side).grid;
     !g.nested()
-        || (g.batches < NESTED_GRIDS_MOST && filled(g.rows) * filled(g.count) >= NESTED_FILL)
+        || (g.batches < NESTED_GRIDS_MOST && filled(f.rows) * filled(f.count) >= NESTED_FILL)
 }
 
 /// How `copy_runs` moves a list of runs.
@@ -327,13 +328,24 @@ mod tests {
             let kernel = TileKernel::of(g, elem, (0, 0));
             assert!(matches!(kernel, TileKernel::Nested { .. }), "{kernel:?}");
         }
-        // Tiles a few hundredths full stay in the table, which ran faster.
-        for (shape, elem) in [(&[6, 50, 70, 90, 11][..], 8), (&[33, 65, 129, 17], 2)] {
-            let ex = exchange(shape, 0, 1, Layout::F, 1, 0);
-            assert!(ex.local.derived().grid.is_some_and(|g| g.nested()));
-            let r = routes(&ex.local, elem);
-            assert!(matches!(&r[..], [(_, _, Route::Table { .. })]), "{r:?}");
-        }
+        // Short axes at both ends fold with their neighbours into full tiles (f64 [6, 50, 70,
+        // 90, 11]: rows 6 x 50, elements 11 x 90); where none continues them (rank 0's own
+        // half of the rows, 3 of 6, going to F order on 2 ranks) tiles a few hundredths full
+        // stay in the table, which ran faster.
+        let ex = exchange(&[6, 50, 70, 90, 11], 0, 1, Layout::F, 1, 0);
+        assert!(matches!(
+            &routes(&ex.local, 8)[..],
+            [(_, _, Route::Tiles(_))]
+        ));
+        let ex = exchange(&[6, 50, 70, 11], 0, 1, Layout::F, 2, 0);
+        assert!(
+            ex.local
+                .derived()
+                .grid
+                .is_some_and(|g| g.nested() && g.rows == 3)
+        );
+        let r = routes(&ex.local, 8);
+        assert!(matches!(&r[..], [(_, _, Route::Table { .. })]), "{r:?}");
     }
 
     #[test]
