@@ -67,12 +67,16 @@ CASES = {
     "f32-7x2000000-C-F": ("f32", [7, 2000000], "C", "F"),
     "f64-5x1000000-C-F": ("f64", [5, 1000000], "C", "F"),
     "c128-12x300000-C-F": ("c128", [12, 300000], "C", "F"),
-    # Four and five axes: no grid (a grid has three levels), the runs' table (4-18% of the copy
-    # bandwidth on an H200, 2026-11-28).
+    # Four and five axes: grids nested in levels (copy_nested), short axes at the ends folded
+    # with their neighbours (the runs' table until 2026-11-28: 2-18% of the copy bandwidth).
     "f32-64x64x64x64-F-C": ("f32", [64, 64, 64, 64], "F", "C"),
     "f32-16x128x128x64-F-C": ("f32", [16, 128, 128, 64], "F", "C"),
     "u8-64x64x64x64-C-F": ("u8", [64, 64, 64, 64], "C", "F"),
     "f64-6x50x70x90x11-C-F": ("f64", [6, 50, 70, 90, 11], "C", "F"),
+    "f64-6x50x70x90x11-F-C": ("f64", [6, 50, 70, 90, 11], "F", "C"),
+    "f16-33x65x129x17-C-F": ("f16", [33, 65, 129, 17], "C", "F"),
+    "u8-9x40x50x30x70-F-C": ("u8", [9, 40, 50, 30, 70], "F", "C"),
+    "c64-8x64x64x64-F-C": ("c64", [8, 64, 64, 64], "F", "C"),
 }
 CUPY = {"f32": "float32", "f16": "float16", "f64": "float64", "c128": "complex128",
         "c64": "complex64", "u8": "uint8"}
