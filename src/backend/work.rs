@@ -353,6 +353,32 @@ impl RunGrid {
     }
 }
 
+/// The runs of a C-order `shape` to F order as a redistribution lists them: along the last
+/// axis (contiguous in the source), the odometer over the others (the next-to-last fastest).
+#[cfg(test)]
+pub(crate) fn reversal(shape: &[usize]) -> Vec<Run> {
+    let nd = shape.len();
+    let c: Vec<usize> = (0..nd).map(|a| shape[a + 1..].iter().product()).collect();
+    let f: Vec<usize> = (0..nd).map(|a| shape[..a].iter().product()).collect();
+    let lines: usize = shape[..nd - 1].iter().product();
+    (0..lines)
+        .map(|mut k| {
+            let (mut src, mut dst) = (0, 0);
+            for a in (0..nd - 1).rev() {
+                (src, dst) = (src + k % shape[a] * c[a], dst + k % shape[a] * f[a]);
+                k /= shape[a];
+            }
+            Run {
+                src,
+                dst,
+                count: shape[nd - 1],
+                src_stride: 1,
+                dst_stride: f[nd - 1],
+            }
+        })
+        .collect()
+}
+
 /// A local piece seen as a matrix: its storage shape and layout, used transposed or not.
 #[derive(Debug, Clone, Copy)]
 pub struct View {
@@ -657,25 +683,6 @@ mod tests {
         assert_eq!(named, given);
     }
 
-    /// The runs of a C-order `shape` to F order, along the last axis (contiguous in the
-    /// source), the odometer over the others (the next-to-last fastest).
-    fn reversal(shape: &[usize]) -> Vec<Run> {
-        let nd = shape.len();
-        let c: Vec<usize> = (0..nd).map(|a| shape[a + 1..].iter().product()).collect();
-        let f: Vec<usize> = (0..nd).map(|a| shape[..a].iter().product()).collect();
-        let lines: usize = shape[..nd - 1].iter().product();
-        (0..lines)
-            .map(|mut k| {
-                let (mut src, mut dst) = (0, 0);
-                for a in (0..nd - 1).rev() {
-                    (src, dst) = (src + k % shape[a] * c[a], dst + k % shape[a] * f[a]);
-                    k /= shape[a];
-                }
-                run(src, dst, shape[nd - 1], (1, f[nd - 1]))
-            })
-            .collect()
-    }
-
     #[test]
     fn reversals_of_four_to_six_axes_are_nested_grids_across_their_first_and_last() {
         for shape in [
@@ -684,7 +691,7 @@ mod tests {
             &[2, 3, 4, 2, 3, 5],
             &[64, 64, 64, 64],
         ] {
-            let runs = reversal(shape);
+            let runs = super::reversal(shape);
             let g = RunGrid::of(&runs).expect("nested grids");
             assert!(g.nested(), "{shape:?}");
             // Tiles cross the source's contiguous axis (a run's) and the destination's (the
@@ -719,8 +726,12 @@ mod tests {
             assert_eq!(named, given, "{shape:?}");
         }
         // Seven axes nest deeper than a grid holds; three make no nesting.
-        assert_eq!(RunGrid::of(&reversal(&[2, 2, 3, 2, 2, 3, 4])), None);
-        assert!(!RunGrid::of(&reversal(&[3, 4, 5])).expect("grids").nested());
+        assert_eq!(RunGrid::of(&super::reversal(&[2, 2, 3, 2, 2, 3, 4])), None);
+        assert!(
+            !RunGrid::of(&super::reversal(&[3, 4, 5]))
+                .expect("grids")
+                .nested()
+        );
     }
 
     #[test]

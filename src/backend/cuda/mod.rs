@@ -166,6 +166,7 @@ struct Grid {
 // is umulhi(p, mul[k]) >> shift[k] (the host's `divider`; mul 0 where no such level), a grid
 // index below 2^31: no 64-bit division in the kernels. A struct of its own: any change to
 // `Grid` moved the other kernels' registers (copy_grid_8s from 64 to 108-173).
+//
 // A level may be taken into the rows (where it continues them on the side they run along: row t
 // then lies t / per_r jumps jr_* further than its step reaches, per_r the rows before it) and one
 // into a run's elements (column c, jc_*): tiles then fill where the axes at both ends are short
@@ -1259,6 +1260,21 @@ impl GridArg {
     }
 }
 
+/// The launch of square tiles of `side` elements over `g`: a block a tile, blocks along z for
+/// the grids (the kernels loop over what a dimension's 65535 blocks leave).
+fn square_tiles(g: &RunGrid, side: usize) -> LaunchConfig {
+    let tiles = |n: usize| n.div_ceil(side).clamp(1, 65535) as u32;
+    LaunchConfig {
+        grid_dim: (
+            tiles(g.rows),
+            tiles(g.count),
+            g.batches.clamp(1, 65535) as u32,
+        ),
+        block_dim: (32, 8, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
 /// The parts of a start-up and their times.
 struct Clock {
     laps: Vec<(&'static str, f64)>,
@@ -1972,16 +1988,7 @@ impl<'a> Cuda<'a> {
             };
         let folded = nested::Folded::of(g, side);
         let g = &folded.grid;
-        let tiles = |n: usize| n.div_ceil(side).clamp(1, 65535) as u32;
-        let cfg = LaunchConfig {
-            grid_dim: (
-                tiles(g.rows),
-                tiles(g.count),
-                g.batches.clamp(1, 65535) as u32,
-            ),
-            block_dim: (32, 8, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = square_tiles(g, side);
         let load_q = i32::from(along_runs(g.step.0, g.strides.0));
         let store_q = i32::from(along_runs(g.step.1, g.strides.1));
         let (arg, wide) = (folded.arg(), i32::from(wide));
@@ -2066,16 +2073,7 @@ impl<'a> Cuda<'a> {
                 (false, true) => 2,
                 (false, false) => 1,
             };
-        let tiles = |n: usize| n.div_ceil(side).clamp(1, 65535) as u32;
-        let cfg = LaunchConfig {
-            grid_dim: (
-                tiles(g.rows),
-                tiles(g.count),
-                g.batches.clamp(1, 65535) as u32,
-            ),
-            block_dim: (32, 8, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = square_tiles(g, side);
         let kernel = match (elem, wide) {
             (1, true) => &self.kernels.copy_grid_1w,
             (8, true) => &self.kernels.copy_grid_8w,

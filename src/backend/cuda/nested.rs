@@ -42,6 +42,10 @@ impl Folded {
             }
             let x = unit(steps)?;
             let k = levels.iter().position(|&(_, s)| [s.0, s.1][x] == len)?;
+            // (The kernels divide a folded index in 32 bits, below 2^31.)
+            if len * levels[k].0 >= 1 << 31 {
+                return None;
+            }
             let (n, s) = levels.remove(k);
             let jump = |to: usize, by: usize| to as i64 - (len * by) as i64;
             Some((
@@ -132,32 +136,7 @@ const _: () = assert!(MORE_LEVELS == 3);
 #[cfg(test)]
 mod tests {
     use super::Folded;
-    use crate::backend::work::{Run, RunGrid};
-
-    /// The runs of a C-order `shape` to F order, along the last axis (the next-to-last axis
-    /// fastest among the others), as a redistribution lists them.
-    fn reversal(shape: &[usize]) -> Vec<Run> {
-        let nd = shape.len();
-        let c: Vec<usize> = (0..nd).map(|a| shape[a + 1..].iter().product()).collect();
-        let f: Vec<usize> = (0..nd).map(|a| shape[..a].iter().product()).collect();
-        let lines: usize = shape[..nd - 1].iter().product();
-        (0..lines)
-            .map(|mut k| {
-                let (mut src, mut dst) = (0, 0);
-                for a in (0..nd - 1).rev() {
-                    (src, dst) = (src + k % shape[a] * c[a], dst + k % shape[a] * f[a]);
-                    k /= shape[a];
-                }
-                Run {
-                    src,
-                    dst,
-                    count: shape[nd - 1],
-                    src_stride: 1,
-                    dst_stride: f[nd - 1],
-                }
-            })
-            .collect()
-    }
+    use crate::backend::work::{RunGrid, reversal};
 
     /// Element (p, q, i) of a folded grid, as the kernel finds it (`Nested::at_s`, `row_s`,
     /// `col_s` and their destination twins), with the taken levels' blocks worked out here by

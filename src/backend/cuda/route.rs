@@ -20,25 +20,27 @@ const PARTS_ANY_SIZE: usize = 8;
 const PART_BYTES: usize = 4 << 20;
 
 /// Grids nested in levels (a layout change of four axes or more) go to the tile kernels only
-/// where their tiles (32 words square) would hold at least this share of their elements; else
-/// the table. On an H200, tiles 12-25% full ran 2.4-8.8x faster than the table (f32 [64, 64,
+/// where their tiles (32 words square, counted after the folds of `nested::Folded`) would hold
+/// at least this share of their elements; else the table. On an H200, before the folds, tiles 12-25% full ran 2.4-8.8x faster than the table (f32 [64, 64,
 /// 64, 64] from F to C order 0.344 -> 0.040 ms, [8, 8, 512, 512] C -> F 0.867 -> 0.202), tiles
 /// 1-3% full 1.1-4.5x slower (f64 [6, 50, 70, 90, 11] C -> F 1.31 -> 2.13 ms, f16 [33, 65,
 /// 129, 17] 0.089 -> 0.099; bench/RESULTS.md, 2026-11-28 twenty-third session).
 const NESTED_FILL: f64 = 1.0 / 16.0;
 
 /// The most grids a nested grid may hold: the kernels divide grid indices in 32 bits, below
-/// 2^31 (the kernels' `Grid`).
+/// 2^31 (the kernels' `Nested`).
 const NESTED_GRIDS_MOST: usize = 1 << 31;
 
 /// Whether the tile kernels take grid `g` of `elem`-byte elements: any grid of one level, a
 /// nested one where its tiles are filled enough ([`NESTED_FILL`]).
 fn tiled(g: &RunGrid, elem: usize) -> bool {
+    if !g.nested() {
+        return true;
+    }
     let side = 32 * super::word_elements(elem).unwrap_or(1);
     let filled = |n: usize| n as f64 / n.next_multiple_of(side) as f64;
     let f = super::nested::Folded::of(g, side).grid;
-    !g.nested()
-        || (g.batches < NESTED_GRIDS_MOST && filled(f.rows) * filled(f.count) >= NESTED_FILL)
+    g.batches < NESTED_GRIDS_MOST && filled(f.rows) * filled(f.count) >= NESTED_FILL
 }
 
 /// How `copy_runs` moves a list of runs.
@@ -73,8 +75,8 @@ pub(super) enum Route {
 /// launch only where they are large.
 pub(super) fn routes(runs: &Runs, elem: usize) -> Vec<(Range<usize>, Derived, Route)> {
     let whole = runs.derived();
-    // (Parts are looked at only where the whole makes no grid, or grids nested in levels,
-    // which the kernels a part's grid may take, narrow or gapped, do not.)
+    // (Parts are looked at only where the whole makes no grid, or makes grids nested in levels:
+    // a part's own grid may take a kernel, narrow or gapped, that nested grids do not.)
     let parts = if whole.grid.is_none_or(|g| g.nested()) {
         runs.parts()
     } else {
@@ -130,6 +132,7 @@ pub(super) fn route(runs: &[Run], derived: &Derived, elem: usize) -> Route {
         if grid.strides != (1, 1) || bytes <= TILE_ROWS_MOST {
             return Route::Tiles(grid);
         }
+        // (copy_rows takes grids of one level; nested rows go to the table.)
         if bytes <= ROWS_MOST && !grid.nested() {
             let lanes_log = if bytes >= 4096 { 6 } else { 5 };
             return Route::Rows { grid, lanes_log };
