@@ -246,8 +246,10 @@ impl RunGrid {
     /// strides, with constant steps between runs, between grids and between the blocks of each
     /// further level (up to [`MORE_LEVELS`] of them).
     pub fn of(runs: &[Run]) -> Option<RunGrid> {
-        let first = runs.first()?;
-        runs.get(1)?;
+        if runs.len() < 2 {
+            return None;
+        }
+        let first = &runs[0];
         let delta = |a: &Run, b: &Run| Some((b.src.checked_sub(a.src)?, b.dst.checked_sub(a.dst)?));
         // Each level: its blocks of the level below (the first, the runs) and their step.
         let mut levels: Vec<(usize, (usize, usize))> = Vec::new();
@@ -299,11 +301,11 @@ impl RunGrid {
         for (m, &(extent, step)) in more.iter_mut().zip(levels.iter().skip(1)) {
             *m = Level { extent, step };
         }
-        let (b1, outer) = levels.first().copied().unwrap_or((1, (0, 0)));
+        let outer = levels.first().map_or((0, 0), |&(_, step)| step);
         Some(RunGrid {
             start: (first.src, first.dst),
             batches: runs.len() / rows,
-            outer: if b1 > 1 { outer } else { (0, 0) },
+            outer,
             rows,
             step,
             count: first.count,

@@ -187,7 +187,7 @@ struct Nested : Grid {
         unsigned long long o = 0;
 #pragma unroll
         for (int k = 0; k < 3; k++)
-            o += (unsigned long long)(__umulhi((unsigned int)p, mul[k]) >> shift[k]) * (unsigned long long)jump[k];
+            o += fold(p, mul[k], shift[k], jump[k]);
         return o;
     }
     __device__ __forceinline__ unsigned long long at_s(unsigned long long p) const {
