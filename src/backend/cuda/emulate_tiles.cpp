@@ -13,6 +13,7 @@
 // nested in levels; copy_rows and copy_runs runs contiguous on both sides from and to every
 // place in a 16-byte word, and strided ones). Exit status 0 when all do.
 #include <algorithm>
+#include <array>
 #include <barrier>
 #include <cstdint>
 #include <cstdio>
@@ -273,10 +274,12 @@ static int check_reversal(const char* name, const AcrossKernel<E> (&kernels)[3],
 // between (the host's `RunGrid::wraps`: dividers and jumps), with copy_nested_<bytes> in tiles
 // of `side` (`wide`: lines whole words on word starts); `fold`, a level taken into the rows and
 // one into a run's elements as the host takes them. Blocks along z for half the grids, so that
-// each takes several. Returns the misplaced elements.
+// each takes several. Returns the misplaced elements, or -1 where the host would not take words.
 template <typename E>
-static int check_nested(const char* name, void (*kernel)(const E*, E*, Nested, int, int, int, int), unsigned side,
-                        int wide, const std::vector<unsigned long long>& shape, bool to_c, bool fold,
+using NestedKernel = void (*)(const E*, E*, Nested, int, int, int, int);
+template <typename E>
+static int check_nested(const char* name, const std::array<NestedKernel<E>, 4>& kernels, unsigned side, int wide,
+                        const std::vector<unsigned long long>& shape, bool to_c, bool fold,
                         std::pair<unsigned long long, unsigned long long> starts) {
     const size_t nd = shape.size();
     std::vector<unsigned long long> c(nd, 1), f(nd, 1);
@@ -293,20 +296,28 @@ static int check_nested(const char* name, void (*kernel)(const E*, E*, Nested, i
     g.count = shape[ca], g.stride_s = ss[ca], g.stride_d = ds[ca];
     g.rows = shape[ra], g.step_s = ss[ra], g.step_d = ds[ra];
     // Folded as the host folds (src/backend/cuda/nested.rs): the axis whose destination step is
-    // the rows' count taken into the rows, the one whose source step is a run's into its elements.
+    // the rows' count taken into the rows, then (where they are still fewer than `side`) the one
+    // whose step is the rows' count so far; a run's elements likewise by the source's steps.
+    // The kernel for the most levels taken on a side (0 to 3), as the host picks it.
+    int most = 0;
     if (fold) {
-        auto take = [&](unsigned long long& len, const std::vector<unsigned long long>& unit, unsigned int& mul,
-                        unsigned int& shift, long long& js, long long& jd, unsigned long long by_s, unsigned long long by_d) {
-            for (size_t k = 0; k < mid.size(); k++)
-                if (unit[mid[k]] == len) {
-                    const auto [m, sh] = divider(len);
-                    mul = (unsigned)m, shift = (unsigned)sh;
-                    js = (long long)ss[mid[k]] - (long long)(len * by_s);
-                    jd = (long long)ds[mid[k]] - (long long)(len * by_d);
-                    len *= shape[mid[k]];
-                    mid.erase(mid.begin() + k);
-                    return;
-                }
+        auto take = [&](unsigned long long& len, const std::vector<unsigned long long>& unit, unsigned int* mul,
+                        unsigned int* shift, long long* js, long long* jd, unsigned long long by_s, unsigned long long by_d) {
+            unsigned long long below = len;
+            for (int t = 0; t < 3 && (t == 0 || 2 * len <= side); t++)
+                for (size_t k = 0; k < mid.size(); k++)
+                    if (unit[mid[k]] == len) {
+                        const size_t m = mid[k];
+                        const auto [dm, sh] = divider(len);
+                        mul[t] = (unsigned)dm, shift[t] = (unsigned)sh;
+                        js[t] = (long long)ss[m] - (long long)(below * by_s);
+                        jd[t] = (long long)ds[m] - (long long)(below * by_d);
+                        below = shape[m], by_s = ss[m], by_d = ds[m];
+                        len *= shape[m];
+                        mid.erase(mid.begin() + k);
+                        most = std::max(most, t + 1);
+                        break;
+                    }
         };
         take(g.rows, ds, g.mul_r, g.shift_r, g.jr_s, g.jr_d, g.step_s, g.step_d);
         take(g.count, ss, g.mul_c, g.shift_c, g.jc_s, g.jc_d, g.stride_s, g.stride_d);
@@ -321,6 +332,19 @@ static int check_nested(const char* name, void (*kernel)(const E*, E*, Nested, i
         g.jump_d[k - 1] = (long long)ds[m] - (long long)(shape[below] * ds[below]);
         g.batches *= shape[m];
     }
+    // In words only where the host takes them (src/backend/cuda/mod.rs, nested_tiles): every
+    // start, step and jump whole words, but a side's unit step. Else nothing is copied (-1).
+    if (wide) {
+        const unsigned long long v = side / 32;
+        bool words = true;
+        auto in_words = [&](long long x, bool unit_ok) { words &= (unit_ok && x == 1) || x % (long long)v == 0; };
+        for (auto x : {g.start_s, g.start_d, g.outer_s, g.outer_d}) in_words((long long)x, false);
+        for (auto x : {g.step_s, g.step_d, g.stride_s, g.stride_d}) in_words((long long)x, true);
+        for (int k = 0; k < 3; k++) in_words(g.jump_s[k], false), in_words(g.jump_d[k], false);
+        for (int t = 0; t < 3; t++)
+            for (auto x : {g.jr_s[t], g.jr_d[t], g.jc_s[t], g.jc_d[t]}) in_words(x, false);
+        if (!words) return -1;
+    }
     size_t n = 1;
     for (auto x : shape) n *= x;
     const size_t n_s = g.start_s + n, n_d = g.start_d + n + 4;
@@ -330,7 +354,7 @@ static int check_nested(const char* name, void (*kernel)(const E*, E*, Nested, i
     std::memset(dst, 0xa5, n_d * sizeof(E));
     auto tiles = [side](unsigned long long m) { return (unsigned)((m + side - 1) / side); };
     launch({tiles(g.rows), tiles(g.count), (unsigned)(g.batches + 1) / 2},
-           [&] { kernel(src, dst, g, 0, 1, wide, 0); });
+           [&] { kernels[most](src, dst, g, 0, 1, wide, 0); });
     const int bad = misplaced(g, src, dst, n_d);
     if (bad) {
         std::printf("%s (tiles of %u, wide %d): [", name, side, wide);
@@ -581,27 +605,37 @@ int main() {
     // Layout changes of four and five axes: grids nested in levels, both ways, element by
     // element and (where lines are whole words) in words, levels taken into the rows and a run's
     // elements or not.
-    const std::vector<std::vector<unsigned long long>> deep = {{5, 3, 4, 70}, {8, 2, 3, 3, 12}, {131, 2, 3, 9}};
+    // Two or three levels taken into the rows ({2, 2, 3, ...}: rows of 2, 4 and 12; {2, 2, 2, 2,
+    // 40}: rows of 2 to 16) or a run's elements;
+    // folded lines of whole words from levels that are not ({6, 2, 3, 2, 6}: lines of 12 of
+    // runs of 6, in words of 4 bytes; {6, 22, 2, 22, 6}: 132 x 132, whole tiles of bytes in
+    // 4 x 4 blocks and the rest).
+    const std::vector<std::vector<unsigned long long>> deep = {{5, 3, 4, 70},    {8, 2, 3, 3, 12}, {131, 2, 3, 9},
+                                                               {2, 2, 3, 5, 7},  {6, 2, 3, 2, 6},  {4, 3, 5, 2, 2},
+                                                               {6, 22, 2, 22, 6}, {2, 2, 2, 2, 40}};
     for (auto& shape : deep)
         for (bool to_c : {false, true}) {
-            const bool whole = shape.front() % 4 == 0 && shape.back() % 4 == 0;
-            auto nested = [&](const char* name, auto kernel, auto folded, unsigned side, int wide) {
+            auto nested = [&](const char* name, const auto& kernels, unsigned side, int wide) {
                 const auto starts = wide ? std::pair{4ull, 8ull} : std::pair{3ull, 5ull};
-                bad += check_nested(name, kernel, side, wide, shape, to_c, false, starts);
-                bad += check_nested(name, folded, side, wide, shape, to_c, true, starts);
-                runs += 2;
+                for (bool fold : {false, true}) {
+                    const int b = check_nested(name, kernels, side, wide, shape, to_c, fold, starts);
+                    if (b >= 0) bad += b, runs++;
+                }
             };
-            nested("copy_nested_1", copy_nested_1, copy_nested_folded_1, 32, 0);
-            nested("copy_nested_2", copy_nested_2, copy_nested_folded_2, 32, 0);
-            nested("copy_nested_4", copy_nested_4, copy_nested_folded_4, 32, 0);
-            nested("copy_nested_8", copy_nested_8, copy_nested_folded_8, 32, 0);
-            nested("copy_nested_16", copy_nested_16, copy_nested_folded_16, 32, 0);
-            if (whole) {
-                nested("copy_nested_1", copy_nested_1, copy_nested_folded_1, 128, 1);
-                nested("copy_nested_2", copy_nested_2, copy_nested_folded_2, 128, 1);
-                nested("copy_nested_4", copy_nested_4, copy_nested_folded_4, 64, 1);
-                nested("copy_nested_8", copy_nested_8, copy_nested_folded_8, 64, 1);
-            }
+#define NESTED(B, E)                                                                                 \
+    std::array<NestedKernel<E>, 4> {                                                                 \
+        copy_nested_##B, copy_nested_folded_##B, copy_nested_folded2_##B, copy_nested_folded3_##B    \
+    }
+            nested("copy_nested_1", NESTED(1, unsigned char), 32, 0);
+            nested("copy_nested_2", NESTED(2, unsigned short), 32, 0);
+            nested("copy_nested_4", NESTED(4, unsigned int), 32, 0);
+            nested("copy_nested_8", NESTED(8, unsigned long long), 32, 0);
+            nested("copy_nested_16", NESTED(16, uint4), 32, 0);
+            nested("copy_nested_1", NESTED(1, unsigned char), 128, 1);
+            nested("copy_nested_2", NESTED(2, unsigned short), 128, 1);
+            nested("copy_nested_4", NESTED(4, unsigned int), 64, 1);
+            nested("copy_nested_8", NESTED(8, unsigned long long), 64, 1);
+#undef NESTED
         }
     // A short axis packed on one side: 2 to 63 elements, stretches whole and cut short, batches;
     // lines and stretches on 16-byte words and off them.

@@ -38,9 +38,7 @@ fn tiled(g: &RunGrid, elem: usize) -> bool {
         return true;
     }
     let side = 32 * super::word_elements(elem).unwrap_or(1);
-    let filled = |n: usize| n as f64 / n.next_multiple_of(side) as f64;
-    let f = super::nested::Folded::of(g, side).grid;
-    g.batches < NESTED_GRIDS_MOST && filled(f.rows) * filled(f.count) >= NESTED_FILL
+    g.batches < NESTED_GRIDS_MOST && super::nested::Folded::of(g, side).fill(side) >= NESTED_FILL
 }
 
 /// How `copy_runs` moves a list of runs.
