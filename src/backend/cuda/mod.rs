@@ -42,12 +42,13 @@ use std::cell::{Cell, OnceCell, RefCell};
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
-/// The strided-copy kernels. `copy_runs` takes a table of runs: groups of `lanes` threads take
-/// runs, blocks along y 64 KiB chunks of each run. `copy_rows` takes a grid of runs contiguous on
-/// both sides (see `RunGrid`), a group a run. Contiguous runs move in the destination's aligned
-/// 16-byte words, each built from the two aligned source words it straddles (`copy_bytes`), the
-/// ends byte by byte; strided runs one whole element at a time.
-const KERNELS: &str = r#"
+/// The strided-copy kernels' common part: `copy_runs` takes a table of runs: groups of `lanes`
+/// threads take runs, blocks along y 64 KiB chunks of each run. `copy_rows` takes a grid of runs
+/// contiguous on both sides (see `RunGrid`), a group a run. Contiguous runs move in the
+/// destination's aligned 16-byte words, each built from the two aligned source words it straddles
+/// (`copy_bytes`), the ends byte by byte; strided runs one whole element at a time. Then the tile
+/// kernels' templates, which [`KERNELS`] and [`NESTED_KERNELS`] instantiate.
+const TILE_KERNELS: &str = r#"
 template <typename T>
 __device__ void copy_elems(const unsigned char* s, unsigned char* d, unsigned long long lo,
                            unsigned long long hi, unsigned long long ss, unsigned long long ds,
@@ -524,6 +525,15 @@ __device__ __forceinline__ void grid_tiles(const E* __restrict__ s, E* __restric
     }
 }
 
+// MINB (empty, or COMMA and the blocks an SM must hold) caps a kernel's registers; TILE(K) is
+// a tile of 32 K elements square, a column more.
+#define COMMA ,
+#define TILE(K) (32 * (K) * (32 * (K) + 1))
+"#;
+
+/// The backend's copy kernels past [`TILE_KERNELS`] (compiled with it): tiles of grids of one
+/// level, across, narrow and gapped, and the FFT's complex product.
+const KERNELS: &str = r#"
 // One kernel per element size (each keeps its own registers): copy_grid_<bytes>, taking words
 // of W (V elements) where `wide`, else one element at a time.
 // MINB (empty, or COMMA and the blocks an SM must hold) caps the registers: the 1-, 2- and
@@ -539,8 +549,6 @@ __device__ __forceinline__ void grid_tiles(const E* __restrict__ s, E* __restric
 // moves H elements along a tile's lines (tiles of 32 H square; H = 2 for elements of 1, 2 and 4
 // bytes), so that a block of small tiles does not spend more on starting than on moving; a
 // small grid keeps tiles of 32 and more blocks.
-#define COMMA ,
-#define TILE(K) (32 * (K) * (32 * (K) + 1))
 #define COPY_GRID(NAME, E, W, V, H, MINB)                                                        \
     extern "C" __global__ void __launch_bounds__(256 MINB) copy_grid_##NAME(                     \
         const E* src, E* dst, Grid g, int load_q, int store_q, int wide, int pairs) {            \
@@ -572,48 +580,6 @@ COPY_SHIFTED(1, unsigned char, unsigned int, 4, COMMA 3)
 COPY_SHIFTED(2, unsigned short, unsigned long long, 4, COMMA 3)
 COPY_SHIFTED(4, unsigned int, unsigned long long, 2, COMMA 4)
 COPY_SHIFTED(8, unsigned long long, uint4, 2, )
-
-// copy_nested_<bytes>: grids nested in levels (a layout change of four axes or more), in square
-// tiles as copy_grid_<bytes> moves them, in words where `wide`, else one element at a time;
-// copy_nested_folded_<bytes> the same with their rows or elements folded (NEST 2: once a side),
-// copy_nested_folded2_<bytes> twice on a side or both (NEST 3), copy_nested_folded3_<bytes> three
-// times (NEST 4: f64 [2, 2, 2, 64, 64, 64] from F to C order; 4- and 8-byte elements capped a
-// block an SM less, where they spilled at 64 and 80 registers; the second fold's arithmetic at
-// every address took f16 [32, 64, 128, 64] to F order from 0.026 to 0.032 ms where one fold
-// a side is enough, f32 [8, 8, 512, 512] 0.043 -> 0.050; bench/RESULTS.md, 2026-11-29). Kernels of
-// their own: the wraps' arithmetic in copy_grid_<bytes> moved the registers of the grids of one
-// level (f64 4097 x 5001 to F order 0.092 -> 0.099 ms on an H200), the folds' at every element's
-// address slowed grids that need none (f32 64^4 to F order 0.038 -> 0.043 ms), and 8-byte
-// elements want their registers capped (three blocks an SM) folded, not otherwise (f64 [6, 50,
-// 70, 90, 11] to F order 0.201 -> 0.137 ms capped, c64 [8, 64, 64, 64] to C order 0.010 -> 0.024;
-// bench/RESULTS.md, 2026-11-28 twenty-third session).
-#define COPY_NESTED(NAME, NEST, E, W, V, MINB)                                                   \
-    extern "C" __global__ void __launch_bounds__(256 MINB) copy_##NAME(                          \
-        const E* src, E* dst, Nested g, int load_q, int store_q, int wide, int) {                \
-        __shared__ __align__(16) E tile[TILE(V)];                                                \
-        if (V > 1 && wide) grid_tiles<E, W, V, 1, false, NEST>(src, dst, g, load_q, store_q, tile); \
-        else grid_tiles<E, E, 1, 1, false, NEST>(src, dst, g, load_q, store_q, tile);            \
-    }
-COPY_NESTED(nested_1, 1, unsigned char, unsigned int, 4, COMMA 4)
-COPY_NESTED(nested_2, 1, unsigned short, unsigned long long, 4, COMMA 4)
-COPY_NESTED(nested_4, 1, unsigned int, unsigned long long, 2, COMMA 4)
-COPY_NESTED(nested_8, 1, unsigned long long, uint4, 2, )
-COPY_NESTED(nested_16, 1, uint4, uint4, 1, )
-COPY_NESTED(nested_folded_1, 2, unsigned char, unsigned int, 4, COMMA 3)
-COPY_NESTED(nested_folded_2, 2, unsigned short, unsigned long long, 4, COMMA 4)
-COPY_NESTED(nested_folded_4, 2, unsigned int, unsigned long long, 2, COMMA 4)
-COPY_NESTED(nested_folded_8, 2, unsigned long long, uint4, 2, COMMA 3)
-COPY_NESTED(nested_folded_16, 2, uint4, uint4, 1, )
-COPY_NESTED(nested_folded2_1, 3, unsigned char, unsigned int, 4, COMMA 3)
-COPY_NESTED(nested_folded2_2, 3, unsigned short, unsigned long long, 4, COMMA 4)
-COPY_NESTED(nested_folded2_4, 3, unsigned int, unsigned long long, 2, COMMA 4)
-COPY_NESTED(nested_folded2_8, 3, unsigned long long, uint4, 2, COMMA 3)
-COPY_NESTED(nested_folded2_16, 3, uint4, uint4, 1, )
-COPY_NESTED(nested_folded3_1, 4, unsigned char, unsigned int, 4, COMMA 3)
-COPY_NESTED(nested_folded3_2, 4, unsigned short, unsigned long long, 4, COMMA 4)
-COPY_NESTED(nested_folded3_4, 4, unsigned int, unsigned long long, 2, COMMA 3)
-COPY_NESTED(nested_folded3_8, 4, unsigned long long, uint4, 2, COMMA 2)
-COPY_NESTED(nested_folded3_16, 4, uint4, uint4, 1, )
 
 // copy_grid_1t and copy_grid_2t: 1- and 2-byte elements across (the source's lines along one
 // axis, the destination's along the other) where lines start anywhere in a word on both sides,
@@ -1113,6 +1079,54 @@ extern "C" __global__ void complex_product(const void* all, void* out, int f64,
 }
 "#;
 
+/// The nested grids' copy kernels (layout changes of four axes and more), compiled with
+/// [`TILE_KERNELS`] into a module of their own on the first such copy (`Cuda::nested`): twenty
+/// kernels that a run without such a change would compile for nothing (0.05-0.1 s more of
+/// start-up, bench/RESULTS.md 2026-11-29).
+const NESTED_KERNELS: &str = r#"
+// copy_nested_<bytes>: grids nested in levels (a layout change of four axes or more), in square
+// tiles as copy_grid_<bytes> moves them, in words where `wide`, else one element at a time;
+// copy_nested_folded_<bytes> the same with their rows or elements folded (NEST 2: once a side),
+// copy_nested_folded2_<bytes> twice on a side or both (NEST 3), copy_nested_folded3_<bytes> three
+// times (NEST 4: f64 [2, 2, 2, 64, 64, 64] from F to C order; 4- and 8-byte elements capped a
+// block an SM less, where they spilled at 64 and 80 registers; the second fold's arithmetic at
+// every address took f16 [32, 64, 128, 64] to F order from 0.026 to 0.032 ms where one fold
+// a side is enough, f32 [8, 8, 512, 512] 0.043 -> 0.050; bench/RESULTS.md, 2026-11-29). Kernels of
+// their own: the wraps' arithmetic in copy_grid_<bytes> moved the registers of the grids of one
+// level (f64 4097 x 5001 to F order 0.092 -> 0.099 ms on an H200), the folds' at every element's
+// address slowed grids that need none (f32 64^4 to F order 0.038 -> 0.043 ms), and 8-byte
+// elements want their registers capped (three blocks an SM) folded, not otherwise (f64 [6, 50,
+// 70, 90, 11] to F order 0.201 -> 0.137 ms capped, c64 [8, 64, 64, 64] to C order 0.010 -> 0.024;
+// bench/RESULTS.md, 2026-11-28 twenty-third session).
+#define COPY_NESTED(NAME, NEST, E, W, V, MINB)                                                   \
+    extern "C" __global__ void __launch_bounds__(256 MINB) copy_##NAME(                          \
+        const E* src, E* dst, Nested g, int load_q, int store_q, int wide, int) {                \
+        __shared__ __align__(16) E tile[TILE(V)];                                                \
+        if (V > 1 && wide) grid_tiles<E, W, V, 1, false, NEST>(src, dst, g, load_q, store_q, tile); \
+        else grid_tiles<E, E, 1, 1, false, NEST>(src, dst, g, load_q, store_q, tile);            \
+    }
+COPY_NESTED(nested_1, 1, unsigned char, unsigned int, 4, COMMA 4)
+COPY_NESTED(nested_2, 1, unsigned short, unsigned long long, 4, COMMA 4)
+COPY_NESTED(nested_4, 1, unsigned int, unsigned long long, 2, COMMA 4)
+COPY_NESTED(nested_8, 1, unsigned long long, uint4, 2, )
+COPY_NESTED(nested_16, 1, uint4, uint4, 1, )
+COPY_NESTED(nested_folded_1, 2, unsigned char, unsigned int, 4, COMMA 3)
+COPY_NESTED(nested_folded_2, 2, unsigned short, unsigned long long, 4, COMMA 4)
+COPY_NESTED(nested_folded_4, 2, unsigned int, unsigned long long, 2, COMMA 4)
+COPY_NESTED(nested_folded_8, 2, unsigned long long, uint4, 2, COMMA 3)
+COPY_NESTED(nested_folded_16, 2, uint4, uint4, 1, )
+COPY_NESTED(nested_folded2_1, 3, unsigned char, unsigned int, 4, COMMA 3)
+COPY_NESTED(nested_folded2_2, 3, unsigned short, unsigned long long, 4, COMMA 4)
+COPY_NESTED(nested_folded2_4, 3, unsigned int, unsigned long long, 2, COMMA 4)
+COPY_NESTED(nested_folded2_8, 3, unsigned long long, uint4, 2, COMMA 3)
+COPY_NESTED(nested_folded2_16, 3, uint4, uint4, 1, )
+COPY_NESTED(nested_folded3_1, 4, unsigned char, unsigned int, 4, COMMA 3)
+COPY_NESTED(nested_folded3_2, 4, unsigned short, unsigned long long, 4, COMMA 4)
+COPY_NESTED(nested_folded3_4, 4, unsigned int, unsigned long long, 2, COMMA 3)
+COPY_NESTED(nested_folded3_8, 4, unsigned long long, uint4, 2, COMMA 2)
+COPY_NESTED(nested_folded3_16, 4, uint4, uint4, 1, )
+"#;
+
 /// The elements a tile kernel moves as one word on each side where `wide_words` allows: four of
 /// 1 byte in 32 bits, four of 2 or two of 4 in 64, two of 8 in 128; none of 16 bytes.
 fn word_elements(elem: usize) -> Option<usize> {
@@ -1462,11 +1476,6 @@ struct Kernels {
     /// copy_gapped_<bytes> for elements of 1, 2, 4, 8 and 16 bytes: few rows with gaps between
     /// grids (see `gapped_rows`).
     copy_gapped: [CudaFunction; 5],
-    /// copy_nested_<bytes>, copy_nested_folded_<bytes>, copy_nested_folded2_<bytes> and
-    /// copy_nested_folded3_<bytes> for elements of 1, 2, 4, 8 and 16 bytes: grids nested in
-    /// levels, their rows or elements not folded, or folded up to once, twice or three times a
-    /// side.
-    copy_nested: [[CudaFunction; 5]; 4],
     finish: CudaFunction,
     conj_copy: CudaFunction,
     scale_f32: CudaFunction,
@@ -1481,7 +1490,14 @@ impl Kernels {
     /// The source of the backend's kernels (this module's, blas.rs's and fft.rs's) and its
     /// NVRTC options (the architecture left to `load_module`).
     fn module() -> (String, cudarc::nvrtc::CompileOptions) {
-        let source = [KERNELS, blas::ELEMENTS, blas::KERNELS, fft::KERNELS].concat();
+        let source = [
+            TILE_KERNELS,
+            KERNELS,
+            blas::ELEMENTS,
+            blas::KERNELS,
+            fft::KERNELS,
+        ]
+        .concat();
         (source, cudarc::nvrtc::CompileOptions::default())
     }
 
@@ -1530,12 +1546,6 @@ impl Kernels {
                 module.load_function("copy_narrow_shifted_2")?,
             ],
             copy_gapped: sizes("copy_gapped")?,
-            copy_nested: [
-                sizes("copy_nested")?,
-                sizes("copy_nested_folded")?,
-                sizes("copy_nested_folded2")?,
-                sizes("copy_nested_folded3")?,
-            ],
             finish: module.load_function("finish")?,
             conj_copy: module.load_function("conj_copy")?,
             scale_f32: module.load_function("scale_f32")?,
@@ -1620,6 +1630,8 @@ pub struct Cuda<'a> {
     fft_scratch: RefCell<Option<CudaSlice<u8>>>,
     /// The check kernels, compiled on the first check.
     checks: OnceCell<check::CheckKernels>,
+    /// The nested grids' copy kernels, compiled on the first such copy.
+    nested: OnceCell<nested::NestedKernels>,
     name: String,
 }
 
@@ -1857,6 +1869,7 @@ impl<'a> Cuda<'a> {
             ffts: RefCell::new(Vec::new()),
             fft_scratch: RefCell::new(None),
             checks: OnceCell::new(),
+            nested: OnceCell::new(),
             name: format!("cuda:{ordinal} ({name}; {})", versions(nvshmem_version)),
             startup: clock.laps,
         })
@@ -2037,6 +2050,15 @@ impl<'a> Cuda<'a> {
         Ok(())
     }
 
+    /// The nested grids' copy kernels, compiled on the first call.
+    fn nested_kernels(&self) -> Result<&nested::NestedKernels> {
+        if let Some(k) = self.nested.get() {
+            return Ok(k);
+        }
+        let k = nested::NestedKernels::compile(self.stream.context())?;
+        Ok(self.nested.get_or_init(|| k))
+    }
+
     /// Grids nested in levels, with copy_nested: square tiles of 32 words (`wide`) or elements,
     /// across the grid's rows and a run's elements with the levels that continue them taken
     /// into them (`folded`, see [`nested_tiles`]).
@@ -2058,7 +2080,7 @@ impl<'a> Cuda<'a> {
         let load_q = i32::from(along_runs(g.step.0, g.strides.0));
         let store_q = i32::from(along_runs(g.step.1, g.strides.1));
         let (arg, wide) = (folded.arg(), i32::from(wide));
-        let kernel = &self.kernels.copy_nested[folded.folds()][elem.trailing_zeros() as usize];
+        let kernel = self.nested_kernels()?.get(folded.folds(), elem);
         let mut launch = stream.launch_builder(kernel);
         launch
             .arg(&src)
@@ -3105,7 +3127,8 @@ mod tests {
     fn copy_kernels_move_every_element_emulated_on_the_cpu() {
         let dir = std::env::temp_dir().join(format!("distrun-tiles-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("a scratch directory");
-        std::fs::write(dir.join("kernels.cu"), super::KERNELS).expect("writing the kernels");
+        let kernels = [super::TILE_KERNELS, super::KERNELS, super::NESTED_KERNELS].concat();
+        std::fs::write(dir.join("kernels.cu"), kernels).expect("writing the kernels");
         let main = dir.join("emulate_tiles.cpp");
         std::fs::write(&main, include_str!("emulate_tiles.cpp")).expect("writing the harness");
         let exe = dir.join("emulate_tiles");
@@ -3148,6 +3171,7 @@ mod tests {
         let modules = [
             ("backend", Kernels::module()),
             ("check", check::CheckKernels::module()),
+            ("nested", super::nested::NestedKernels::module()),
             ("fill", fill::module()),
         ];
         for (what, (source, opts)) in modules {

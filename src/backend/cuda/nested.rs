@@ -3,8 +3,47 @@
 //! side they run along, one into a run's elements likewise, so that the square tiles fill where
 //! the axes at both ends are short; and the kernels' argument.
 
-use super::{GridArg, divider};
+use super::{GridArg, NESTED_KERNELS, TILE_KERNELS, divider};
 use crate::backend::work::{Level, MORE_LEVELS, RunGrid};
+use anyhow::Result;
+use cudarc::driver::{CudaContext, CudaFunction};
+use std::sync::Arc;
+
+/// copy_nested_<bytes>, copy_nested_folded_<bytes>, copy_nested_folded2_<bytes> and
+/// copy_nested_folded3_<bytes> for elements of 1, 2, 4, 8 and 16 bytes: grids nested in levels,
+/// their rows or elements not folded, or folded up to once, twice or three times a side.
+pub(super) struct NestedKernels([[CudaFunction; 5]; FOLDS + 1]);
+
+impl NestedKernels {
+    /// Their source ([`TILE_KERNELS`]'s templates instantiated by [`NESTED_KERNELS`]) and
+    /// NVRTC options (the architecture left to `load_module`).
+    pub(super) fn module() -> (String, cudarc::nvrtc::CompileOptions) {
+        let source = [TILE_KERNELS, NESTED_KERNELS].concat();
+        (source, cudarc::nvrtc::CompileOptions::default())
+    }
+
+    /// Compiled for `ctx`'s GPU and loaded.
+    pub(super) fn compile(ctx: &Arc<CudaContext>) -> Result<Self> {
+        let (source, opts) = Self::module();
+        let module = super::load_module(ctx, source, opts, "nested grids' copy kernels")?;
+        let sizes = |name: &str| -> Result<[CudaFunction; 5]> {
+            let load = |bytes: usize| module.load_function(&format!("{name}_{bytes}"));
+            Ok([load(1)?, load(2)?, load(4)?, load(8)?, load(16)?])
+        };
+        Ok(NestedKernels([
+            sizes("copy_nested")?,
+            sizes("copy_nested_folded")?,
+            sizes("copy_nested_folded2")?,
+            sizes("copy_nested_folded3")?,
+        ]))
+    }
+
+    /// The kernel for grids with `folds` levels taken into a side at most
+    /// ([`Folded::folds`]), of `elem`-byte elements.
+    pub(super) fn get(&self, folds: usize, elem: usize) -> &CudaFunction {
+        &self.0[folds][elem.trailing_zeros() as usize]
+    }
+}
 
 /// The most levels taken into the rows, and into a run's elements (the kernels' `Nested`).
 const FOLDS: usize = 3;
