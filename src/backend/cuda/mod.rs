@@ -420,13 +420,21 @@ __device__ __forceinline__ void shifted_tile(const E* sp, E* dp, const Grid& g, 
 }
 
 // G is Grid, or Nested for grids nested in levels (NEST 1), their rows or elements folded (NEST
-// 2 once a side, 3 twice, 4 three times: element addresses through the folds).
+// 2 once a side, 3 twice, 4 three times): then each of a tile's rows and columns has its offset
+// through the folds worked out once a tile, on each side (`lines`: the rows' source offsets, the
+// columns', the rows' destination offsets, the columns'), rather than at every word's address
+// (on an H200 f64 [6, 50, 70, 90, 11] to F order 0.113 -> 0.095 ms, f16 [2, 3, 5, 4096, 512]
+// 0.126 -> 0.095, u8 [9, 40, 50, 30, 70] 0.045 -> 0.038); but not for 2-byte words folded once,
+// whose 64 registers then spilled (f16 [32, 64, 128, 64] 0.026 -> 0.029 ms; capped at 80, 0.031;
+// bench/RESULTS.md, 2026-11-29).
 template <typename E, typename W, int V, int H, bool S = false, int NEST = 0, typename G = Grid>
 __device__ __forceinline__ void grid_tiles(const E* __restrict__ s, E* __restrict__ d,
                                            const G& g, int load_q, int store_q, E* tile) {
     typedef unsigned long long u64;
     constexpr unsigned int T = 32 * V * H, P = T + 1, N = T / 8;
     const u64 tq = (g.rows + T - 1) / T, ti = (g.count + T - 1) / T;
+    constexpr bool TABLES = NEST >= 2 && !(sizeof(E) == 2 && V > 1 && NEST == 2);
+    __shared__ u64 lines[TABLES ? 4 : 1][TABLES ? T : 1];
     s += g.start_s;
     d += g.start_d;
     for (u64 p = blockIdx.z; p < g.batches; p += gridDim.z)
@@ -438,16 +446,34 @@ __device__ __forceinline__ void grid_tiles(const E* __restrict__ s, E* __restric
         const E* sp = s + ps + q0 * g.step_s + i0 * g.stride_s;
         E* dp = d + pd + q0 * g.step_d + i0 * g.stride_d;
         const u64 lim_q = g.rows - q0, lim_i = g.count - i0;
+        // An element's offset (row t, column c of the tile) on each side.
+        auto at_s = [&](unsigned int t, unsigned int c) -> u64 {
+            if constexpr (TABLES) return ps + lines[0][t] + lines[1][c];
+            else if constexpr (NEST >= 2) return ps + g.template row_s<NEST - 1>(q0 + t) + g.template col_s<NEST - 1>(i0 + c);
+            else return ps + (q0 + t) * g.step_s + (i0 + c) * g.stride_s;
+        };
+        auto at_d = [&](unsigned int t, unsigned int c) -> u64 {
+            if constexpr (TABLES) return pd + lines[2][t] + lines[3][c];
+            else if constexpr (NEST >= 2) return pd + g.template row_d<NEST - 1>(q0 + t) + g.template col_d<NEST - 1>(i0 + c);
+            else return pd + (q0 + t) * g.step_d + (i0 + c) * g.stride_d;
+        };
+        if constexpr (TABLES) {
+            constexpr int K = NEST - 1;
+            for (unsigned int k = threadIdx.y * 32 + threadIdx.x; k < 4 * T; k += 256) {
+                const unsigned int side = k / T, t = k % T;
+                const u64 q = q0 + t, i = i0 + t;
+                lines[side][t] = side == 0 ? g.template row_s<K>(q) : side == 1 ? g.template col_s<K>(i)
+                               : side == 2 ? g.template row_d<K>(q) : g.template col_d<K>(i);
+            }
+            __syncthreads();
+        }
         if constexpr (sizeof(E) == 1 && V == 4) {
             if (load_q != store_q && lim_q >= T && lim_i >= T) {
                 // The source's lines b along the runs' elements or the runs, the destination's
                 // a along the other (folded, through the folds, each contiguous along a line).
                 if constexpr (NEST >= 2) {
-                    constexpr int K = NEST - 1;
-                    const E* sb = s + ps + (load_q ? g.template row_s<K>(q0) : g.template col_s<K>(i0));
-                    E* db = d + pd + (load_q ? g.template col_d<K>(i0) : g.template row_d<K>(q0));
-                    byte_tile<S>([&](unsigned int b) { return sb + (load_q ? g.template col_s<K>(i0 + b) : g.template row_s<K>(q0 + b)); },
-                                 [&](unsigned int a) { return db + (load_q ? g.template row_d<K>(q0 + a) : g.template col_d<K>(i0 + a)); },
+                    byte_tile<S>([&](unsigned int b) { return s + (load_q ? at_s(0, b) : at_s(b, 0)); },
+                                 [&](unsigned int a) { return d + (load_q ? at_d(a, 0) : at_d(0, a)); },
                                  (unsigned int*)tile);
                 } else {
                     const u64 sb = load_q ? g.stride_s : g.step_s, da = load_q ? g.step_d : g.stride_d;
@@ -468,7 +494,7 @@ __device__ __forceinline__ void grid_tiles(const E* __restrict__ s, E* __restric
             const unsigned int j = threadIdx.y + 8 * n, c = (threadIdx.x + 32 * h) * V;
             const unsigned int tq_ = load_q ? c : j, ti_ = load_q ? j : c;
             if (tq_ < lim_q && ti_ < lim_i && (load_q ? lim_q - tq_ : lim_i - ti_) >= V) {
-                if constexpr (NEST >= 2) w[h][n] = *(const W*)(s + ps + g.template row_s<NEST - 1>(q0 + tq_) + g.template col_s<NEST - 1>(i0 + ti_));
+                if constexpr (NEST >= 2) w[h][n] = *(const W*)(s + at_s(tq_, ti_));
                 else w[h][n] = *(const W*)(sp + tq_ * g.step_s + ti_ * g.stride_s);
             }
         }
@@ -490,7 +516,7 @@ __device__ __forceinline__ void grid_tiles(const E* __restrict__ s, E* __restric
                     for (int v = 0; v < V; v++) tile[at + v * next] = word_part<E, W>(w[h][n], v);
                 } else {
                     const E* from = sp + tq_ * g.step_s + ti_ * g.stride_s;
-                    if constexpr (NEST >= 2) from = s + ps + g.template row_s<NEST - 1>(q0 + tq_) + g.template col_s<NEST - 1>(i0 + ti_);
+                    if constexpr (NEST >= 2) from = s + at_s(tq_, ti_);
                     for (unsigned int v = 0; v < left; v++) tile[at + v * next] = from[v];
                 }
             }
@@ -504,7 +530,7 @@ __device__ __forceinline__ void grid_tiles(const E* __restrict__ s, E* __restric
             const unsigned int tq_ = store_q ? c : j, ti_ = store_q ? j : c;
             if (tq_ >= lim_q || ti_ >= lim_i) continue;
             E* to = dp + tq_ * g.step_d + ti_ * g.stride_d;
-            if constexpr (NEST >= 2) to = d + pd + g.template row_d<NEST - 1>(q0 + tq_) + g.template col_d<NEST - 1>(i0 + ti_);
+            if constexpr (NEST >= 2) to = d + at_d(tq_, ti_);
             const unsigned int at = tq_ * P + ti_;
             if constexpr (V == 1) {
                 *to = tile[at];
@@ -525,8 +551,8 @@ __device__ __forceinline__ void grid_tiles(const E* __restrict__ s, E* __restric
     }
 }
 
-// MINB (empty, or COMMA and the blocks an SM must hold) caps a kernel's registers; TILE(K) is
-// a tile of 32 K elements square, a column more.
+// COMMA puts a launch bound's blocks an SM into one macro argument (MINB, below); TILE(K) is a
+// tile of 32 K elements square, a column more.
 #define COMMA ,
 #define TILE(K) (32 * (K) * (32 * (K) + 1))
 "#;
@@ -1080,7 +1106,7 @@ extern "C" __global__ void complex_product(const void* all, void* out, int f64,
 "#;
 
 /// The nested grids' copy kernels (layout changes of four axes and more), compiled with
-/// [`TILE_KERNELS`] into a module of their own on the first such copy (`Cuda::nested`): twenty
+/// [`TILE_KERNELS`] into a module of their own on the first such copy (`Cuda::nested_kernels`): twenty
 /// kernels that a run without such a change would compile for nothing (0.05-0.1 s more of
 /// start-up, bench/RESULTS.md 2026-11-29).
 const NESTED_KERNELS: &str = r#"

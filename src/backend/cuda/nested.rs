@@ -1,7 +1,8 @@
 //! Grids nested in levels (a layout change of four axes or more, see [`RunGrid::more`]) as
-//! `copy_nested_<bytes>` takes them: a level taken into the rows where it continues them on the
-//! side they run along, one into a run's elements likewise, so that the square tiles fill where
-//! the axes at both ends are short; and the kernels' argument.
+//! `copy_nested_<bytes>` takes them: up to three levels taken into the rows where they continue
+//! them on the side they run along, into a run's elements likewise, so that the square tiles fill
+//! where the axes at both ends are short; the kernels' argument; and the kernels themselves, a
+//! module compiled on the first such copy.
 
 use super::{GridArg, NESTED_KERNELS, TILE_KERNELS, divider};
 use crate::backend::work::{Level, MORE_LEVELS, RunGrid};
@@ -73,10 +74,10 @@ impl Folded {
     /// most half a tile; a run's elements likewise. (Where the rows fill whole tiles, a fold
     /// would only add arithmetic to every element's address; a second fold's arithmetic cost
     /// more than u8 rows of 25 in tiles of 32 lost, [5, 5, 5, 5, 5000] to F order 0.020 ->
-    /// 0.022 ms on an H200, bench/RESULTS.md 2026-11-29.) The rows
-    /// take their levels first, or the elements, whichever fills the tiles more (f16 [4, 8,
-    /// 1024, 64] from F to C order: rows of 64 taking the 1024 leave elements of 4 x 8 a
-    /// quarter of a tile of 128; elements taking the 8 and the 1024 fill it).
+    /// 0.022 ms on an H200, bench/RESULTS.md 2026-11-29.) The rows take their levels first, or
+    /// the elements, whichever fills the tiles more (f16 [4, 8, 1024, 64] from F to C order:
+    /// rows of 64 taking the 1024 leave elements of 4 x 8 a quarter of a tile of 128; elements
+    /// taking the 8 and the 1024 fill it).
     pub(super) fn of(g: &RunGrid, side: usize) -> Folded {
         let rows_first = Folded::in_order(g, side, true);
         let count_first = Folded::in_order(g, side, false);
@@ -112,14 +113,14 @@ impl Folded {
                 if *len < 2 || *len >= side || (k > 0 && 2 * *len > side) {
                     break;
                 }
-                let Some(k) = levels.iter().position(|&(_, s)| [s.0, s.1][x] == *len) else {
+                let Some(at) = levels.iter().position(|&(_, s)| [s.0, s.1][x] == *len) else {
                     break;
                 };
                 // (The kernels divide a folded index in 32 bits, below 2^31.)
-                if *len * levels[k].0 >= 1 << 31 {
+                if *len * levels[at].0 >= 1 << 31 {
                     break;
                 }
-                let (n, s) = levels.remove(k);
+                let (n, s) = levels.remove(at);
                 let jump = |to: usize, by: usize| to as i64 - (below.0 * by) as i64;
                 *t = Some(Taken {
                     per: *len,
