@@ -606,13 +606,14 @@ int main() {
     // element and (where lines are whole words) in words, levels taken into the rows and a run's
     // elements or not.
     // Two or three levels taken into the rows ({2, 2, 3, ...}: rows of 2, 4 and 12; {2, 2, 2, 2,
-    // 40}: rows of 2 to 16) or a run's elements;
+    // 40}: rows of 2 to 16) or a run's elements ({40, 3, 2, 2, 2, 2} to F order: 2 to 16);
     // folded lines of whole words from levels that are not ({6, 2, 3, 2, 6}: lines of 12 of
     // runs of 6, in words of 4 bytes; {6, 22, 2, 22, 6}: 132 x 132, whole tiles of bytes in
     // 4 x 4 blocks and the rest).
     const std::vector<std::vector<unsigned long long>> deep = {{5, 3, 4, 70},    {8, 2, 3, 3, 12}, {131, 2, 3, 9},
                                                                {2, 2, 3, 5, 7},  {6, 2, 3, 2, 6},  {4, 3, 5, 2, 2},
-                                                               {6, 22, 2, 22, 6}, {2, 2, 2, 2, 40}};
+                                                               {6, 22, 2, 22, 6}, {2, 2, 2, 2, 40},
+                                                               {40, 3, 2, 2, 2, 2}};
     for (auto& shape : deep)
         for (bool to_c : {false, true}) {
             auto nested = [&](const char* name, const auto& kernels, unsigned side, int wide) {
