@@ -1419,6 +1419,12 @@ fn load_module(
     Ok(ctx.load_module(ptx)?)
 }
 
+/// `module`'s kernel for each element size: `name`_1, _2, _4, _8 and _16.
+fn by_size(module: &Arc<cudarc::driver::CudaModule>, name: &str) -> Result<[CudaFunction; 5]> {
+    let load = |bytes: usize| module.load_function(&format!("{name}_{bytes}"));
+    Ok([load(1)?, load(2)?, load(4)?, load(8)?, load(16)?])
+}
+
 /// `source` compiled by NVRTC for the virtual architecture `arch`.
 fn compile_ptx(
     source: String,
@@ -1541,10 +1547,7 @@ impl Kernels {
     fn load(ctx: &Arc<CudaContext>, ptx: cudarc::nvrtc::Ptx) -> Result<Self> {
         let module = ctx.load_module(ptx)?;
         // A kernel for each element size: `name`_1 to `name`_16.
-        let sizes = |name: &str| -> Result<[CudaFunction; 5]> {
-            let load = |bytes: usize| module.load_function(&format!("{name}_{bytes}"));
-            Ok([load(1)?, load(2)?, load(4)?, load(8)?, load(16)?])
-        };
+        let sizes = |name: &str| by_size(&module, name);
         Ok(Kernels {
             copy: module.load_function("copy_runs")?,
             copy_rows: module.load_function("copy_rows")?,

@@ -27,10 +27,7 @@ impl NestedKernels {
     pub(super) fn compile(ctx: &Arc<CudaContext>) -> Result<Self> {
         let (source, opts) = Self::module();
         let module = super::load_module(ctx, source, opts, "nested grids' copy kernels")?;
-        let sizes = |name: &str| -> Result<[CudaFunction; 5]> {
-            let load = |bytes: usize| module.load_function(&format!("{name}_{bytes}"));
-            Ok([load(1)?, load(2)?, load(4)?, load(8)?, load(16)?])
-        };
+        let sizes = |name: &str| super::by_size(&module, name);
         Ok(NestedKernels([
             sizes("copy_nested")?,
             sizes("copy_nested_folded")?,
