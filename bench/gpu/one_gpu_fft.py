@@ -3,15 +3,17 @@ irfftn) on the same array, in the same command, for every kind, both precisions,
 odd sizes and F order.
 
     python bench/gpu/one_gpu_fft.py [--bin target/release/distrun] [--cases c2c-c64-512 ...]
-                                    [--iterations 20]
+                                    [--iterations 20] [--sample N [--seed S]]
 
 A case is one of CASES or any `kind-dtype-AxBxC-LAYOUT` (such as `c2c-c128-1000x999-F`).
+`--sample N` runs N cases drawn at random instead (`draw`; the same `--seed`, the same cases),
+and a last line names those below 0.95x.
 
 Both are timed alike: 2 warm-up runs, then the iterations back to back between one pair of
 CUDA events, their mean (distrun's `timing = "queued"`). Prints one row per case: distrun's
 time, cupy's, and distrun's speed as cupy's time over distrun's (>= 0.95 is the target).
 """
-from one_gpu import arguments, first_step, timed
+from one_gpu import arguments, chosen, dims, first_step, log_uniform, slowest, timed
 
 # name: (kind, input dtype, shape, layout)
 CASES = {
@@ -34,6 +36,20 @@ def case(name):
         return CASES[name]
     kind, dtype, dims, layout = name.split("-")
     return kind, dtype, [int(d) for d in dims.split("x")], layout
+
+
+def draw(rng):
+    """A random case's name (--sample): any kind and precision, 2-D or 3-D, of 1 MiB to 1 GiB
+    (log-uniform) split at random over the axes (each at least 2), C order or in one case of
+    four F."""
+    kind = rng.choice(["c2c", "r2c", "c2r"])
+    dtype = rng.choice(["f32", "f64"] if kind == "r2c" else ["c64", "c128"])
+    width = {"f32": 4, "f64": 8, "c64": 8, "c128": 16}[dtype]
+    shape = [max(2, n) for n in dims(rng, rng.choice([2, 3]), log_uniform(rng, 1 << 20, 1 << 30) / width, short=0.1)]
+    if kind == "c2r":  # the input is the complex half of a real signal's spectrum
+        shape[-1] = shape[-1] // 2 + 1
+    layout = "F" if rng.random() < 0.25 else "C"
+    return "-".join([kind, dtype, "x".join(map(str, shape)), layout])
 
 
 def spec(kind, dtype, shape, layout, iterations, slab=0, reshape=None):
@@ -86,7 +102,8 @@ def cupy_time(kind, dtype, shape, layout, iterations, norm="backward"):
 def main():
     a = arguments(CASES).parse_args()
     print(f"{'case':<20} {'distrun ms':>11} {'cupy ms':>9} {'speed':>7}")
-    for name in a.cases:
+    rows = []
+    for name in chosen(a, draw):
         kind, dtype, shape, layout = case(name)
         step, err = first_step(a.bin, spec(kind, dtype, shape, layout, a.iterations))
         t = step and step["time_s"]["median"]
@@ -94,7 +111,9 @@ def main():
         if t is None:
             print(f"{name:<20} {'failed':>11} {c * 1e3:9.3f}   {err}")
             continue
-        print(f"{name:<20} {t * 1e3:11.3f} {c * 1e3:9.3f} {c / t:7.2f}x")
+        print(f"{name:<20} {t * 1e3:11.3f} {c * 1e3:9.3f} {c / t:7.2f}x", flush=True)
+        rows.append((name, c / t))
+    slowest(rows)
 
 
 if __name__ == "__main__":

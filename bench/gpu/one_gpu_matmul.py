@@ -2,9 +2,11 @@
 in the same command, over dtypes, layouts, transposes and odd sizes.
 
     python bench/gpu/one_gpu_matmul.py [--bin target/release/distrun] [--cases f16-8192 ...]
-                                       [--iterations 20]
+                                       [--iterations 20] [--sample N [--seed S]]
 
 A case is one of CASES or any `dtype-MxNxK-LAYOUT[-aT][-bT]` (such as `f32-1001x999x1003-F-bT`).
+`--sample N` runs N cases drawn at random instead (`draw`; the same `--seed`, the same cases),
+and a last line names those below 0.95x.
 
 Both are timed alike: 2 warm-up runs, then the iterations back to back between one pair of
 CUDA events, their mean (distrun's `timing = "queued"`). Prints one row per case: distrun's
@@ -12,7 +14,7 @@ time and TFLOP/s, cupy's time, and distrun's speed as cupy's time over distrun's
 the target).
 """
 
-from one_gpu import arguments, first_step, timed
+from one_gpu import arguments, chosen, dims, first_step, log_uniform, slowest, timed
 
 # name: (dtype, m, n, k, layout of a, b and the result, a transposed, b transposed)
 CASES = {
@@ -26,7 +28,10 @@ CASES = {
     "c64-4096-F-aT": ("c64", 4096, 4096, 4096, "F", True, False),
     "f32-3001x2999x1013": ("f32", 3001, 2999, 1013, "C", False, False),
 }
-CUPY = {"f16": "float16", "bf16": None, "f32": "float32", "f64": "float64", "c64": "complex64"}
+CUPY = {"f16": "float16", "bf16": None, "f32": "float32", "f64": "float64", "c64": "complex64",
+        "c128": "complex128"}
+# The most real flops a drawn case may take, by dtype (a few ms on an H200 at most).
+BUDGET = {"f16": 4e12, "bf16": 4e12, "f32": 1e12, "f64": 2e11, "c64": 1e12, "c128": 2e11}
 
 
 def case(name):
@@ -37,6 +42,22 @@ def case(name):
     dtype, dims, layout, *flags = name.split("-")
     m, n, k = (int(d) for d in dims.split("x"))
     return dtype, m, n, k, layout, "aT" in flags, "bT" in flags
+
+
+def draw(rng):
+    """A random case's name (--sample): any dtype cupy multiplies, from 10^9 flops to its
+    BUDGET (log-uniform) split at random over m, n and k (skinny and tiny ones included; the
+    largest halved until the operands fit 2 GiB), either layout, each operand transposed or
+    not."""
+    dtype = rng.choice([d for d in CUPY if CUPY[d]])
+    per = 8 if dtype.startswith("c") else 2
+    m, n, k = dims(rng, 3, log_uniform(rng, 1e9, BUDGET[dtype]) / per)
+    width = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8, "c64": 8, "c128": 16}[dtype]
+    while width * (m * k + k * n + m * n) > 2 << 30:  # the operands and result within 2 GiB
+        big = max(m, n, k)
+        m, n, k = ((d + 1) // 2 if d == big else d for d in (m, n, k))
+    flags = [f for f in ("aT", "bT") if rng.random() < 0.5]
+    return "-".join([dtype, f"{m}x{n}x{k}", rng.choice("CF"), *flags])
 
 
 def spec(dtype, m, n, k, layout, ta, tb, iterations):
@@ -91,7 +112,8 @@ def cupy_time(dtype, m, n, k, layout, ta, tb, iterations):
 def main():
     a = arguments(CASES).parse_args()
     print(f"{'case':<26} {'distrun ms':>10} {'TFLOP/s':>8} {'cupy ms':>8} {'speed':>6}")
-    for name in a.cases:
+    rows = []
+    for name in chosen(a, draw):
         dtype, m, n, k, layout, ta, tb = case(name)
         step, err = first_step(a.bin, spec(dtype, m, n, k, layout, ta, tb, a.iterations))
         c = cupy_time(dtype, m, n, k, layout, ta, tb, a.iterations)
@@ -103,6 +125,9 @@ def main():
         flops = (8 if dtype.startswith("c") else 2) * m * n * k / t / 1e12
         speed = f"{c / t:5.2f}x" if c else "    -"
         print(f"{name:<26} {t * 1e3:10.3f} {flops:8.1f} {cupy} {speed}", flush=True)
+        if c:
+            rows.append((name, c / t))
+    slowest(rows)
 
 
 if __name__ == "__main__":

@@ -4,17 +4,19 @@ cupy.ascontiguousarray) on the same array, in the same command; and the GPU's co
 (a contiguous device-to-device copy of the same bytes) as the ceiling.
 
     python bench/gpu/one_gpu_relayout.py [--bin target/release/distrun] [--iterations 20]
-        [--cases f16-8191x12289-C-F u8-2049x1023x255-F-C ...]
+        [--cases f16-8191x12289-C-F u8-2049x1023x255-F-C ...] [--sample N [--seed S]]
 
 distrun is timed as its steps are with `timing = "queued"` (2 warm-up runs, then the
 iterations back to back between one pair of CUDA events, their mean); cupy the same way.
 Prints each case's times, distrun's speed against cupy, and the fraction of the copy bandwidth
-it reaches (read and write counted once each, as a copy's).
+it reaches (read and write counted once each, as a copy's). Where both orders are alike (axes of
+one), cupy returns its input and copies nothing: its time is then the copy's. The last lines
+name the cases below 0.95x cupy, and those of 64 MiB or more below 80% of the copy bandwidth.
 """
 import pathlib
 import tempfile
 
-from one_gpu import arguments, first_step, timed
+from one_gpu import arguments, chosen, dims, first_step, log_uniform, slowest, timed
 
 # name: (dtype, shape, from layout, to layout)
 CASES = {
@@ -91,6 +93,16 @@ def case(name):
     return dtype, [int(n) for n in dims.split("x")], src, dst
 
 
+def draw(rng):
+    """A random case's name (--sample): any dtype, 2 to 6 axes, of 1 MiB to 256 MiB
+    (log-uniform) split at random over the axes (short ones included); C -> F or F -> C."""
+    dtype = rng.choice(list(CUPY))
+    width = {"u8": 1, "f16": 2, "f32": 4, "f64": 8, "c64": 8, "c128": 16}[dtype]
+    shape = dims(rng, rng.choice([2, 2, 3, 3, 4, 5, 6]), log_uniform(rng, 1 << 20, 1 << 28) / width)
+    src, dst = rng.choice([("C", "F"), ("F", "C")])
+    return "-".join([dtype, "x".join(map(str, shape)), src, dst])
+
+
 def random_bytes(shape):
     """An .npy of random u8 values of `shape` (a random init takes floats only, and an arange
     past 255 does not fit u8; equal values would let the check miss a misplaced element)."""
@@ -133,7 +145,8 @@ def main():
     import cupy as cp
     a = arguments(CASES).parse_args()
     print(f"{'case':<22} {'distrun ms':>10} {'check':>6} {'cupy ms':>8} {'speed':>6} {'of copy bw':>10}")
-    for name in a.cases:
+    speeds, fractions = [], []
+    for name in chosen(a, draw):
         dtype, shape, src, dst = case(name)
         step, err = first_step(a.bin, spec(dtype, shape, src, dst, a.iterations))
         t = step and step["time_s"]["median"]
@@ -143,10 +156,18 @@ def main():
         c = timed(lambda: move(x), a.iterations)
         y = cp.empty_like(x)
         copy = timed(lambda: cp.copyto(y, x), a.iterations)
+        if move(x) is x:  # both orders alike (axes of 1): cupy returns x, distrun copies it
+            c = copy
         if t is None:
             print(f"{name:<22} {'failed':>10} {'':>6} {c * 1e3:8.3f}   {err}")
             continue
-        print(f"{name:<22} {t * 1e3:10.3f} {str(passed):>6} {c * 1e3:8.3f} {c / t:5.2f}x {copy / t:9.0%}")
+        print(f"{name:<22} {t * 1e3:10.3f} {str(passed):>6} {c * 1e3:8.3f} {c / t:5.2f}x {copy / t:9.0%}",
+              flush=True)
+        speeds.append((name, c / t))
+        if x.nbytes >= 64 << 20:  # smaller ones are read from L2 in part: no bandwidth figure
+            fractions.append((name, 100 * copy / t))
+    slowest(speeds)
+    slowest(fractions, 80, "%", " of 64 MiB or more against the copy bandwidth")
 
 
 if __name__ == "__main__":

@@ -268,7 +268,7 @@ static int check_reversal(const char* name, const AcrossKernel<E> (&kernels)[3],
     return bad;
 }
 
-// Copies a C-order `shape` of four axes or more to F order, or back (`to_c`), between elements
+// Copies a C-order `shape` of three axes or more to F order, or back (`to_c`), between elements
 // `starts` of two buffers, as the host takes such a layout change: grids of the two contiguous
 // axes (a run along the source's, the runs down the destination's), nested in levels of the axes
 // between (the host's `RunGrid::wraps`: dividers and jumps), with copy_nested_<bytes> in tiles
@@ -609,11 +609,12 @@ int main() {
     // 40}: rows of 2 to 16) or a run's elements ({40, 3, 2, 2, 2, 2} to F order: 2 to 16);
     // folded lines of whole words from levels that are not ({6, 2, 3, 2, 6}: lines of 12 of
     // runs of 6, in words of 4 bytes; {6, 22, 2, 22, 6}: 132 x 132, whole tiles of bytes in
-    // 4 x 4 blocks and the rest).
-    const std::vector<std::vector<unsigned long long>> deep = {{5, 3, 4, 70},    {8, 2, 3, 3, 12}, {131, 2, 3, 9},
-                                                               {2, 2, 3, 5, 7},  {6, 2, 3, 2, 6},  {4, 3, 5, 2, 2},
-                                                               {6, 22, 2, 22, 6}, {2, 2, 2, 2, 40},
-                                                               {40, 3, 2, 2, 2, 2}};
+    // 4 x 4 blocks and the rest). Three axes, a grid of one level, its short end axis folded
+    // with the middle one (the host's `folded_tiles`: {2, 9, 70}, {70, 9, 3}, {5, 32, 40}).
+    const std::vector<std::vector<unsigned long long>> deep = {
+        {5, 3, 4, 70},   {8, 2, 3, 3, 12},  {131, 2, 3, 9}, {2, 2, 3, 5, 7}, {6, 2, 3, 2, 6},
+        {4, 3, 5, 2, 2}, {6, 22, 2, 22, 6}, {2, 2, 2, 2, 40}, {40, 3, 2, 2, 2, 2}, {2, 9, 70},
+        {70, 9, 3},      {5, 32, 40}};
     for (auto& shape : deep)
         for (bool to_c : {false, true}) {
             auto nested = [&](const char* name, const auto& kernels, unsigned side, int wide) {

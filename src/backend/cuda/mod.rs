@@ -1247,6 +1247,50 @@ fn nested_tiles(g: &RunGrid, elem: usize, ptrs: (u64, u64)) -> (nested::Folded, 
     (nested::Folded::of(g, 32), false)
 }
 
+/// Grid `g` of one level (a layout change of three axes), as `copy_nested` would tile it
+/// folded ([`nested_tiles`]): a short axis at one end taken with the middle one that continues
+/// it, where that at least doubles the share of its square tiles the grid fills, and the
+/// other kernels' tiles (in words) would stand mostly empty: less than [`FOLD_FILL_WORDS`]
+/// full where the folded grid moves in words, [`FOLD_FILL_ELEMENTS`] where it moves one
+/// element at a time. Where the across kernels sweep the rows into long lines (`rows_swept`)
+/// they stay, but for folded words of 1, 4 or 8 bytes. On an H200 (bench/RESULTS.md,
+/// 2026-11-29 twenty-fifth session): c64 [2, 933, 2721] from F to C order 0.228 -> 0.035 ms,
+/// u8 [5, 32, 32768] to F 0.128 -> 0.011, u8 [8, 1024, 1168] to C (swept) 0.091 -> 0.011, f64
+/// [3000, 4000, 5] to C 1.241 -> 0.245; but one element at a time u8 [6, 64, 104066] to F
+/// (swept) 0.057 -> 0.185 ms, f32 [2471, 512, 16] to F (tiles 25% full) 0.059 -> 0.082, and
+/// in 2-byte words f16 [4, 4096, 4100] to F (swept) 0.088 -> 0.094.
+fn folded_tiles(
+    g: &RunGrid,
+    elem: usize,
+    ptrs: (u64, u64),
+    rows_swept: bool,
+) -> Option<(nested::Folded, bool)> {
+    if g.batches < 2 || g.batches >= route::NESTED_GRIDS_MOST {
+        return None;
+    }
+    // (Each side's tiles as wide as its kernel's: the others' in words or shifted words.)
+    let words = 32 * word_elements(elem).unwrap_or(1);
+    let flat = nested::fill(g, words);
+    let (folded, wide) = nested_tiles(g, elem, ptrs);
+    let fill = folded.fill(if wide { words } else { 32 });
+    let (most, swept_stays) = if wide {
+        (FOLD_FILL_WORDS, elem == 2)
+    } else {
+        (FOLD_FILL_ELEMENTS, true)
+    };
+    let take = folded.folds() > 0 && flat < most && fill >= 2.0 * flat;
+    (take && !(rows_swept && swept_stays)).then_some((folded, wide))
+}
+
+/// See [`folded_tiles`]: tiles fuller than this keep their kernels where the folded grid moves
+/// in words (f16 [128, 512, 72] to C order, tiles 56% full, 0.010 ms square, 0.012 folded; c64
+/// [1000, 1000, 24] to F, 37%, 0.160 -> 0.104).
+const FOLD_FILL_WORDS: f64 = 0.5;
+
+/// See [`folded_tiles`]: the same where it moves one element at a time (f64 [9, 3000, 3001] to
+/// F order, tiles 14% full, 0.950 -> 0.479 ms; f32 [2471, 512, 16], 25%, 0.059 -> 0.082).
+const FOLD_FILL_ELEMENTS: f64 = 0.2;
+
 /// The step between the lines of one side of a grid (its runs' `step`, their elements'
 /// `stride`) where the side is contiguous along one axis: along the runs (step 1), or along a
 /// run's elements (stride 1); None where neither.
@@ -1322,7 +1366,15 @@ impl TileKernel {
             return TileKernel::Gapped;
         }
         let wide = wide_words(g, elem, ptrs);
-        if let Some(sweep) = Sweep::of(g, elem, wide) {
+        let sweep = Sweep::of(g, elem, wide);
+        let rows_swept = sweep.is_some_and(|s| s.fold() == Fold::Rows);
+        if let Some((folded, wide)) = folded_tiles(g, elem, ptrs, rows_swept) {
+            return TileKernel::Nested {
+                folded: Box::new(folded),
+                wide,
+            };
+        }
+        if let Some(sweep) = sweep {
             return TileKernel::Across(sweep);
         }
         let shifted = !wide && shifted_words(g, elem);
@@ -3186,7 +3238,7 @@ mod tests {
         let out = String::from_utf8_lossy(&ran.stdout);
         assert!(ran.status.success(), "{out}");
         assert!(
-            out.contains("1692 grid copies, 0 elements misplaced"),
+            out.contains("1764 grid copies, 0 elements misplaced"),
             "{out}"
         );
     }

@@ -64,6 +64,13 @@ pub(super) struct Folded {
     count: [Option<Taken>; FOLDS],
 }
 
+/// The share of the tiles of `side` elements square over `g`'s rows and a run's elements that
+/// its elements fill.
+pub(super) fn fill(g: &RunGrid, side: usize) -> f64 {
+    let filled = |n: usize| n as f64 / n.next_multiple_of(side) as f64;
+    filled(g.rows) * filled(g.count)
+}
+
 impl Folded {
     /// `g` in tiles of `side` elements square: where its rows are fewer than `side` and a level
     /// continues them on the side where they step by one (its step there the rows so far), that
@@ -87,8 +94,7 @@ impl Folded {
 
     /// The share of its tiles of `side` elements square that the grid's elements fill.
     pub(super) fn fill(&self, side: usize) -> f64 {
-        let filled = |n: usize| n as f64 / n.next_multiple_of(side) as f64;
-        filled(self.grid.rows) * filled(self.grid.count)
+        fill(&self.grid, side)
     }
 
     /// [`Folded::of`], the rows taking their levels first (`rows_first`) or the elements.

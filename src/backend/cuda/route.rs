@@ -29,7 +29,7 @@ const NESTED_FILL: f64 = 1.0 / 16.0;
 
 /// The most grids a nested grid may hold: the kernels divide grid indices in 32 bits, below
 /// 2^31 (the kernels' `Nested`).
-const NESTED_GRIDS_MOST: usize = 1 << 31;
+pub(super) const NESTED_GRIDS_MOST: usize = 1 << 31;
 
 /// Whether the tile kernels take grid `g` of `elem`-byte elements: any grid of one level, a
 /// nested one where its tiles are filled enough ([`NESTED_FILL`]).
@@ -347,6 +347,65 @@ mod tests {
         );
         let r = routes(&ex.local, 8);
         assert!(matches!(&r[..], [(_, _, Route::Table { .. })]), "{r:?}");
+    }
+
+    #[test]
+    fn three_axis_changes_with_a_short_end_axis_take_it_folded() {
+        // A short axis at one end leaves the square tiles mostly empty (c64 [2, 933, 2721] to
+        // C order 11% of the copy bandwidth on an H200): folded with the middle axis it fills
+        // them, in the nested kernels.
+        let kernel = |shape: &[u64], elem, to| {
+            let from = if to == Layout::C {
+                Layout::F
+            } else {
+                Layout::C
+            };
+            let d = Distribution::Slab(Axis::Index(0));
+            let side = |layout| Side {
+                dist: &d,
+                shape,
+                layout,
+            };
+            let ex = plan(side(from), &side(to), 1, 0);
+            let [(_, _, Route::Tiles(g))] = &routes(&ex.local, elem)[..] else {
+                panic!("{shape:?}: {:?}", routes(&ex.local, elem));
+            };
+            TileKernel::of(g, elem, (0, 0))
+        };
+        for (shape, elem, to) in [
+            (&[2, 933, 2721][..], 8, Layout::C),
+            (&[5, 32, 32768], 1, Layout::F),
+            (&[3, 230013, 16], 4, Layout::C),
+            (&[3000, 4000, 5], 8, Layout::C),
+            (&[12, 300000, 3], 16, Layout::F),
+            (&[8, 2048, 4096], 1, Layout::C),
+            (&[8, 1024, 1168], 1, Layout::C),
+            (&[2048, 2048, 8], 4, Layout::C),
+            (&[1000, 1000, 24], 8, Layout::F),
+        ] {
+            let k = kernel(shape, elem, to);
+            let TileKernel::Nested { folded, .. } = &k else {
+                panic!("{shape:?}: {k:?}");
+            };
+            assert_eq!(folded.folds(), 1, "{shape:?}");
+            assert!(folded.fill(32) >= 0.25, "{shape:?}: {folded:?}");
+        }
+        // Not where the across kernels sweep the rows into long lines and the folded grid
+        // would move one element at a time (or in 2-byte words), nor where the tiles are full
+        // enough.
+        for (shape, elem, to) in [
+            (&[7827, 512, 33][..], 1, Layout::C),
+            (&[7, 2049, 4097], 4, Layout::F),
+            (&[6, 64, 104066], 1, Layout::F),
+            (&[4, 4096, 4100], 2, Layout::F),
+            (&[2471, 512, 16], 4, Layout::F),
+            (&[255, 257, 33], 4, Layout::F),
+            (&[128, 512, 72], 2, Layout::C),
+            (&[256, 512, 1024], 4, Layout::F),
+        ] {
+            let k = kernel(shape, elem, to);
+            assert!(!matches!(k, TileKernel::Nested { .. }), "{shape:?}: {k:?}");
+        }
     }
 
     #[test]
