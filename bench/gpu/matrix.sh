@@ -2,7 +2,9 @@
 # The benchmark matrix on whatever GPUs the machine has: every op family against the library's
 # own call in the same run. On one GPU: matmul over dtypes, layouts and transposes against cupy
 # (`matmul1`: one_gpu_matmul.py), FFTs of every kind against cupy (`fft1`: one_gpu_fft.py), local
-# changes of layout against cupy (`layout1`: one_gpu_relayout.py), the cost of checks (`checks1`:
+# changes of layout against cupy (`layout1`: one_gpu_relayout.py), SAMPLE (default 30) cases of
+# each of those three drawn at random beyond their tables (`sample1`: --sample, SEED the seed,
+# by default the date, so that each day's run tries other cases), the cost of checks (`checks1`:
 # check_cost.sh), start-up (`startup1`: startup.sh). On 2 and 4 GPUs where present: FFTs of
 # every kind against cuFFTMp where nvmath's wheels are in .tools/wheels and against one GPU,
 # distrun by NCCL and by NVSHMEM puts (`fft`: multi_gpu_fft.py), the collectives against cupyx
@@ -21,7 +23,9 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 BIN=$(realpath "${1:-target/release/distrun}")
 shift || true
-PARTS=${*:-matmul1 fft1 layout1 checks1 startup1 fft allreduce collectives matmul redistribute}
+PARTS=${*:-matmul1 fft1 layout1 sample1 checks1 startup1 fft allreduce collectives matmul redistribute}
+SAMPLE=${SAMPLE:-30}
+SEED=${SEED:-$(date -u +%Y%m%d)}
 PY=${PYTHON:-/opt/torch/.venv/bin/python}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 if [ -d "${OUT:-}" ]; then
@@ -47,6 +51,10 @@ echo "# distrun benchmark matrix: $(date -u +%F), $GPUS x $(nvidia-smi --query-g
 part matmul1 "matmul, one GPU, against cupy" bash -c "cd bench/gpu && $PY one_gpu_matmul.py --bin $BIN"
 part fft1 "FFT, one GPU, against cupy" bash -c "cd bench/gpu && $PY one_gpu_fft.py --bin $BIN"
 part layout1 "changes of layout, one GPU, against cupy" bash -c "cd bench/gpu && $PY one_gpu_relayout.py --bin $BIN"
+for kind in matmul fft relayout; do
+  part sample1 "$kind, one GPU, $SAMPLE cases drawn at random (seed $SEED), against cupy" \
+    bash -c "cd bench/gpu && $PY one_gpu_$kind.py --bin $BIN --sample $SAMPLE --seed $SEED"
+done
 part checks1 "checks, one GPU (wall time of whole runs)" env RANKS=1 bench/gpu/check_cost.sh "$BIN"
 part startup1 "start-up of a one-rank GPU run" bench/gpu/startup.sh "$BIN"
 if [ -n "${RANKS// /}" ]; then
