@@ -1350,7 +1350,7 @@ enum TileKernel {
 
 impl TileKernel {
     /// The kernel for `g`: nested grids their own, else a short axis packed, few rows with
-    /// gaps, across, else square tiles.
+    /// gaps, a short end axis folded ([`folded_tiles`]), across, else square tiles.
     fn of(g: &RunGrid, elem: usize, ptrs: (u64, u64)) -> TileKernel {
         if g.nested() {
             let (folded, wide) = nested_tiles(g, elem, ptrs);
