@@ -11,7 +11,8 @@ and a last line names those below 0.95x.
 Both are timed alike: 2 warm-up runs, then the iterations back to back between one pair of
 CUDA events, their mean (distrun's `timing = "queued"`). Prints one row per case: distrun's
 time and TFLOP/s, cupy's time, and distrun's speed as cupy's time over distrun's (>= 0.95 is
-the target).
+the target). Where cupy will not write an F-order `out` (it raises), its time is that of the
+C-order result it returns (marked *), which cuBLAS writes the other way round.
 """
 
 from one_gpu import arguments, chosen, dims, first_step, log_uniform, slowest, timed
@@ -92,9 +93,11 @@ tensors = []
 
 
 def cupy_time(dtype, m, n, k, layout, ta, tb, iterations):
+    """cupy's time, and whether its result is in `layout` (where cupy will not write an F-order
+    `out`, the time is the C-order result's it returns)."""
     import cupy as cp
     if CUPY[dtype] is None:
-        return None
+        return None, True
     # The operands distrun's spec draws, uniform in [-1, 1): a tensor-core GEMM at its power
     # limit runs at a clock that depends on the values it multiplies.
     def operand(shape):
@@ -104,20 +107,21 @@ def cupy_time(dtype, m, n, k, layout, ta, tb, iterations):
     c = cp.empty((m, n), dtype=CUPY[dtype], order=layout)
     opa, opb = (a.T if ta else a), (b.T if tb else b)
     try:
-        return timed(lambda: cp.matmul(opa, opb, out=c), iterations)
+        return timed(lambda: cp.matmul(opa, opb, out=c), iterations), True
     except Exception:  # an `out` cupy will not write in F order: the result it returns
-        return timed(lambda: cp.matmul(opa, opb), iterations)
+        return timed(lambda: cp.matmul(opa, opb), iterations), cp.matmul(opa, opb).flags.f_contiguous
 
 
 def main():
     a = arguments(CASES).parse_args()
     print(f"{'case':<26} {'distrun ms':>10} {'TFLOP/s':>8} {'cupy ms':>8} {'speed':>6}")
-    rows = []
+    rows, other_way = [], False
     for name in chosen(a, draw):
         dtype, m, n, k, layout, ta, tb = case(name)
         step, err = first_step(a.bin, spec(dtype, m, n, k, layout, ta, tb, a.iterations))
-        c = cupy_time(dtype, m, n, k, layout, ta, tb, a.iterations)
-        cupy = f"{c * 1e3:8.3f}" if c else f"{'-':>8}"
+        c, in_layout = cupy_time(dtype, m, n, k, layout, ta, tb, a.iterations)
+        cupy = (f"{c * 1e3:8.3f}" if c else f"{'-':>8}") + ("*" if c and not in_layout else " ")
+        other_way |= not in_layout
         if step is None:
             print(f"{name:<26} {'failed':>10} {'':>8} {cupy}   {err}")
             continue
@@ -127,6 +131,8 @@ def main():
         print(f"{name:<26} {t * 1e3:10.3f} {flops:8.1f} {cupy} {speed}", flush=True)
         if c:
             rows.append((name, c / t))
+    if other_way:
+        print("* cupy's result in C order (it would not write an F-order `out`), distrun's in F")
     slowest(rows)
 
 
