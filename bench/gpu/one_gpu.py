@@ -97,3 +97,14 @@ def slowest(rows, target=0.95, unit="x", of=""):
     below = [f"{name} {shown(v)}" for name, v in rows if v < target]
     print(f"{len(rows)} cases{of}, {len(below)} below {shown(target)}" +
           (": " + ", ".join(below) if below else ""), flush=True)
+
+
+def multi_gpu_arguments(cases, iterations=10):
+    """`arguments` and those of the benchmarks on several GPUs: --ranks, --no-peer (skip the
+    peer library), --via (distrun's moves by NCCL; by NVSHMEM puts where they can; with NCCL
+    alone and symmetric tensors, by puts into NCCL windows where they can)."""
+    ap = arguments(cases, iterations)
+    ap.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
+    ap.add_argument("--no-peer", action="store_true")
+    ap.add_argument("--via", nargs="+", default=["nccl", "nvshmem"], choices=["nccl", "nvshmem", "windows"])
+    return ap
