@@ -84,6 +84,16 @@ def dims(rng, ndim, total, odd=0.5, short=0.15):
     return sizes
 
 
+def within(sizes, most):
+    """`sizes` with the largest halved (rounding up) until their product is at most `most`."""
+    import math
+    sizes = list(sizes)
+    while math.prod(sizes) > most and max(sizes) > 1:
+        i = sizes.index(max(sizes))
+        sizes[i] = (sizes[i] + 1) // 2
+    return sizes
+
+
 def log_uniform(rng, low, high):
     """A value drawn log-uniform in [low, high]."""
     import math

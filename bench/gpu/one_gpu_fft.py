@@ -13,7 +13,7 @@ Both are timed alike: 2 warm-up runs, then the iterations back to back between o
 CUDA events, their mean (distrun's `timing = "queued"`). Prints one row per case: distrun's
 time, cupy's, and distrun's speed as cupy's time over distrun's (>= 0.95 is the target).
 """
-from one_gpu import arguments, chosen, dims, first_step, log_uniform, slowest, timed
+from one_gpu import arguments, chosen, dims, first_step, log_uniform, slowest, timed, within
 
 # name: (kind, input dtype, shape, layout)
 CASES = {
@@ -45,7 +45,8 @@ def draw(rng):
     kind = rng.choice(["c2c", "r2c", "c2r"])
     dtype = rng.choice(["f32", "f64"] if kind == "r2c" else ["c64", "c128"])
     width = {"f32": 4, "f64": 8, "c64": 8, "c128": 16}[dtype]
-    shape = [max(2, n) for n in dims(rng, rng.choice([2, 3]), log_uniform(rng, 1 << 20, 1 << 30) / width, short=0.1)]
+    shape = dims(rng, rng.choice([2, 3]), log_uniform(rng, 1 << 20, 1 << 30) / width, short=0.1)
+    shape = within([max(2, n) for n in shape], (1 << 30) // width)
     if kind == "c2r":  # the input is the complex half of a real signal's spectrum
         shape[-1] = shape[-1] // 2 + 1
     layout = "F" if rng.random() < 0.25 else "C"

@@ -15,7 +15,7 @@ the target). Where cupy will not write an F-order `out` (it raises), its time is
 C-order result it returns (marked *), which cuBLAS writes the other way round.
 """
 
-from one_gpu import arguments, chosen, dims, first_step, log_uniform, slowest, timed
+from one_gpu import arguments, chosen, dims, first_step, log_uniform, slowest, timed, within
 
 # name: (dtype, m, n, k, layout of a, b and the result, a transposed, b transposed)
 CASES = {
@@ -52,7 +52,8 @@ def draw(rng):
     not."""
     dtype = rng.choice([d for d in CUPY if CUPY[d]])
     per = 8 if dtype.startswith("c") else 2
-    m, n, k = dims(rng, 3, log_uniform(rng, 1e9, BUDGET[dtype]) / per)
+    flops = log_uniform(rng, 1e9, BUDGET[dtype]) / per
+    m, n, k = within(dims(rng, 3, flops), BUDGET[dtype] / per)
     width = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8, "c64": 8, "c128": 16}[dtype]
     while width * (m * k + k * n + m * n) > 2 << 30:  # the operands and result within 2 GiB
         big = max(m, n, k)

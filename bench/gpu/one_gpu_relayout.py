@@ -16,7 +16,7 @@ name the cases below 0.95x cupy, and those of 64 MiB or more below 80% of the co
 import pathlib
 import tempfile
 
-from one_gpu import arguments, chosen, dims, first_step, log_uniform, slowest, timed
+from one_gpu import arguments, chosen, dims, first_step, log_uniform, slowest, timed, within
 
 # name: (dtype, shape, from layout, to layout)
 CASES = {
@@ -99,6 +99,7 @@ def draw(rng):
     dtype = rng.choice(list(CUPY))
     width = {"u8": 1, "f16": 2, "f32": 4, "f64": 8, "c64": 8, "c128": 16}[dtype]
     shape = dims(rng, rng.choice([2, 2, 3, 3, 4, 5, 6]), log_uniform(rng, 1 << 20, 1 << 28) / width)
+    shape = within(shape, (1 << 28) // width)
     src, dst = rng.choice([("C", "F"), ("F", "C")])
     return "-".join([dtype, "x".join(map(str, shape)), src, dst])
 
