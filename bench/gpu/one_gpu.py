@@ -3,6 +3,7 @@ step back, and timing a cupy call the way distrun's `timing = "queued"` times a 
 runs, then the iterations back to back between one pair of CUDA events, their mean)."""
 import argparse
 import json
+import math
 import os
 import pathlib
 import random
@@ -73,7 +74,6 @@ def dims(rng, ndim, total, odd=0.5, short=0.15):
     a power of two or, with chance `odd`, any integer (odd and prime sizes included); each axis
     with chance `short` is short instead (1 to 8): a sample then mixes the shapes libraries like
     with those they do not, skinny and tiny axes included."""
-    import math
     sizes = [rng.randint(1, 8) if rng.random() < short else 0 for _ in range(ndim)]
     long = [i for i, n in enumerate(sizes) if n == 0] or [0]
     left = math.log(total / math.prod(n for n in sizes if n))
@@ -86,7 +86,6 @@ def dims(rng, ndim, total, odd=0.5, short=0.15):
 
 def within(sizes, most):
     """`sizes` with the largest halved (rounding up) until their product is at most `most`."""
-    import math
     sizes = list(sizes)
     while math.prod(sizes) > most and max(sizes) > 1:
         i = sizes.index(max(sizes))
@@ -96,7 +95,6 @@ def within(sizes, most):
 
 def log_uniform(rng, low, high):
     """A value drawn log-uniform in [low, high]."""
-    import math
     return math.exp(rng.uniform(math.log(low), math.log(high)))
 
 

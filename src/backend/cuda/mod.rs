@@ -1271,6 +1271,10 @@ fn folded_tiles(
     // (Each side's tiles as wide as its kernel's: the others' in words or shifted words.)
     let words = 32 * word_elements(elem).unwrap_or(1);
     let flat = nested::fill(g, words);
+    // (Tiles full enough for either limit keep their kernels without folding, on every launch.)
+    if flat >= FOLD_FILL_WORDS.max(FOLD_FILL_ELEMENTS) {
+        return None;
+    }
     let (folded, wide) = nested_tiles(g, elem, ptrs);
     let fill = folded.fill(if wide { words } else { 32 });
     let (most, swept_stays) = if wide {
