@@ -39,6 +39,7 @@ struct Case {
     epilog: Option<&'static str>,
     algorithm: &'static str,
     pipeline: &'static str,
+    product_layout: &'static str,
     out_dist: Option<&'static str>,
     /// The bias runs along the result's columns (one per column, n of them).
     bias_per_column: bool,
@@ -57,6 +58,7 @@ fn case(dtype: DType, a_dist: &'static str, b_dist: &'static str) -> Case {
         epilog: None,
         algorithm: "auto",
         pipeline: "auto",
+        product_layout: "auto",
         out_dist: None,
         bias_per_column: false,
     }
@@ -217,6 +219,48 @@ fn cases() -> Vec<Case> {
             all.push(c);
         }
     }
+    // The product pinned to either layout where the GEMM writes the result itself: the other
+    // one than the result's changed after (a local product, one left in row slabs, one that
+    // moves to the result's distribution after), transposed and conjugated, in C and F order.
+    for (layout, dtype, a, b, t, out_dist) in [
+        (
+            "C",
+            DType::F64,
+            "\"replicated\"",
+            "\"replicated\"",
+            (false, false),
+            Some("\"replicated\""),
+        ),
+        (
+            "F",
+            DType::C128,
+            "{ slab = 0 }",
+            "\"replicated\"",
+            (true, true),
+            None,
+        ),
+        (
+            "C",
+            DType::F32,
+            "{ slab = 0 }",
+            "\"replicated\"",
+            (false, true),
+            Some("{ slab = 0 }"),
+        ),
+        (
+            "F",
+            DType::C64,
+            "{ slab = 0 }",
+            "{ slab = 1 }",
+            (false, false),
+            Some("{ block_cyclic = { blocks = [5, 7] } }"),
+        ),
+    ] {
+        let mut c = case(dtype, a, b);
+        (c.product_layout, c.transpose, c.out_dist) = (layout, t, out_dist);
+        c.conjugate = (t.0 && dtype.is_complex(), t.1 && dtype.is_complex());
+        all.push(c);
+    }
     // SUMMA's slices of k add up (at 4 ranks, a 2x2 grid): in f32 for a half type, before the
     // epilog, complex, in Fortran order.
     for (dtype, epilog, layouts) in [
@@ -280,14 +324,15 @@ fn write_spec(dir: &Path, cases: &[Case]) -> std::path::PathBuf {
             c.layouts.1, c.b_dist
         );
         let mut step = format!(
-            "[[steps]]\nop = \"matmul\"\na = \"a{i}\"\nb = \"b{i}\"\nout = \"d{i}\"\nalpha = {:?}\ntranspose_a = {}\ntranspose_b = {}\nconjugate_a = {}\nconjugate_b = {}\nalgorithm = \"{}\"\npipeline = \"{}\"\ncheck = true\nwarmup = 0\niterations = 1\n",
+            "[[steps]]\nop = \"matmul\"\na = \"a{i}\"\nb = \"b{i}\"\nout = \"d{i}\"\nalpha = {:?}\ntranspose_a = {}\ntranspose_b = {}\nconjugate_a = {}\nconjugate_b = {}\nalgorithm = \"{}\"\npipeline = \"{}\"\nproduct_layout = \"{}\"\ncheck = true\nwarmup = 0\niterations = 1\n",
             c.alpha,
             c.transpose.0,
             c.transpose.1,
             c.conjugate.0,
             c.conjugate.1,
             c.algorithm,
-            c.pipeline
+            c.pipeline,
+            c.product_layout
         );
         if let Some((beta, dist)) = c.beta_c {
             write_values(
@@ -462,6 +507,30 @@ fn check_pipeline(c: &Case, p: usize, record: &serde_json::Value, at: &str) {
     }
 }
 
+/// The manifest's `product_layout` (null where the GEMM does not write the result itself, or
+/// for `auto` where writing it in the other layout would cost too much to weigh) agrees with
+/// the spec: a pinned layout is the one written, with no trials; `auto` keeps the faster.
+fn check_product_layout(pinned: &str, record: &serde_json::Value, at: &str) {
+    if record.is_null() {
+        return;
+    }
+    let trials = (record["c_s"].as_f64(), record["f_s"].as_f64());
+    if pinned != "auto" {
+        assert_eq!(record["chosen"], pinned, "{at}: {record}");
+        assert_eq!(trials, (None, None), "{at}: {record}");
+        return;
+    }
+    let (Some(c), Some(f)) = trials else {
+        panic!("{at}: auto without both trials: {record}");
+    };
+    let (kept, other) = if record["chosen"] == "C" {
+        (c, f)
+    } else {
+        (f, c)
+    };
+    assert!(kept <= other, "{at}: kept the slower: {record}");
+}
+
 /// Runs `cases` at each rank count; every check passes and every result matches the reference.
 fn run_and_compare(cases: &[Case], ranks: std::ops::RangeInclusive<usize>, name: &str) {
     for p in ranks {
@@ -482,6 +551,14 @@ fn run_and_compare(cases: &[Case], ranks: std::ops::RangeInclusive<usize>, name:
                 assert_eq!(step["algorithm"], c.algorithm, "case {i}");
             }
             check_pipeline(c, p, &step["pipeline"], &format!("{p} ranks, case {i}"));
+            let record = &step["product_layout"];
+            check_product_layout(c.product_layout, record, &format!("{p} ranks, case {i}"));
+            // A local product of replicated operands is written by its GEMM, in place.
+            let local = (c.a_dist, c.b_dist) == ("\"replicated\"", "\"replicated\"");
+            assert!(
+                c.product_layout == "auto" || !local || c.epilog.is_some() || !record.is_null(),
+                "{p} ranks, case {i}: no product layout recorded"
+            );
             assert!(step["tflops"].as_f64().unwrap() > 0.0);
             let (shape, got) = read_npy_complex(&out.join(format!("d{i}.npy")));
             // A partial result is written as the stack of the ranks' pieces: they add up to it.
@@ -722,6 +799,82 @@ fn freivalds_holds_in_double_precision_with_a_short_k() {
             let out = spec.parent().unwrap().join(format!("run{p}"));
             let m = run_ok(p, &spec, &out, &[]);
             assert_eq!(m["steps"][0]["check"]["passed"], true, "{dtype}, {p} ranks");
+        }
+    }
+}
+
+/// Skinny products over a long k (3 x 41 over 700): trial runs weigh writing the product in the
+/// other layout than the result's (changed after) and keep the faster, the result exact either
+/// way; in F order replicated, and complex in C order left in row slabs, where at 4 ranks a
+/// rank holds no row.
+#[test]
+fn skinny_products_weigh_both_layouts_at_1_to_4_ranks() {
+    let (m, n, k) = (3usize, 41usize, 700usize);
+    let dir = temp_dir("mm-skinny");
+    let a = values(201, m * k, true);
+    let b = values(202, k * n, true);
+    let bt: Vec<_> = (0..n * k).map(|x| b[x % k * n + x / k]).collect();
+    write_values(&dir, "a64", DType::F64, &[m as u64, k as u64], &a);
+    write_values(&dir, "bt64", DType::F64, &[n as u64, k as u64], &bt);
+    write_values(&dir, "a128", DType::C128, &[m as u64, k as u64], &a);
+    write_values(&dir, "b128", DType::C128, &[k as u64, n as u64], &b);
+    let tensor = |name: &str, shape: [usize; 2], dtype: &str, layout: &str, dist: &str| {
+        let init = match name.starts_with('d') {
+            true => String::new(),
+            false => format!("init = {{ npy = \"{name}.npy\" }}\n"),
+        };
+        format!(
+            "[tensors.{name}]\nshape = {shape:?}\ndtype = \"{dtype}\"\nlayout = \"{layout}\"\ndistribution = {dist}\n{init}"
+        )
+    };
+    let step = |a: &str, b: &str, out: &str, tb: bool| {
+        format!(
+            "[[steps]]\nop = \"matmul\"\na = \"{a}\"\nb = \"{b}\"\nout = \"{out}\"\ntranspose_b = {tb}\ncheck = true\nwarmup = 0\niterations = 2\n"
+        )
+    };
+    let spec = [
+        "[job]\nname = \"skinny\"\n".to_string(),
+        tensor("a64", [m, k], "f64", "F", "\"replicated\""),
+        tensor("bt64", [n, k], "f64", "F", "\"replicated\""),
+        tensor("d64", [m, n], "f64", "F", "\"replicated\""),
+        tensor("a128", [m, k], "c128", "C", "{ slab = 0 }"),
+        tensor("b128", [k, n], "c128", "C", "\"replicated\""),
+        tensor("d128", [m, n], "c128", "C", "{ slab = 0 }"),
+        step("a64", "bt64", "d64", true),
+        step("a128", "b128", "d128", false),
+        "[output]\ngather = true\ntensors = [\"d64\", \"d128\"]\n".to_string(),
+    ]
+    .concat();
+    let path = dir.join("skinny.toml");
+    std::fs::write(&path, spec).unwrap();
+    let product = |complex: bool| -> Vec<(f64, f64)> {
+        (0..m * n)
+            .map(|ij| {
+                (0..k).fold((0.0, 0.0), |s, l| {
+                    let (x, y) = (a[ij / n * k + l], b[l * n + ij % n]);
+                    let t = match complex {
+                        true => mul(x, y),
+                        false => (x.0 * y.0, 0.0),
+                    };
+                    (s.0 + t.0, s.1 + t.1)
+                })
+            })
+            .collect()
+    };
+    for p in 1..=4 {
+        let out = dir.join(format!("run-{p}"));
+        let record = run_ok(p, &path, &out, &[]);
+        for (i, (name, complex)) in [("d64", false), ("d128", true)].into_iter().enumerate() {
+            let step = &record["steps"][i];
+            let at = format!("{name} at {p} ranks");
+            assert_eq!(step["check"]["passed"], true, "{at}: {step}");
+            let layout = &step["product_layout"];
+            assert!(layout["c_s"].is_number(), "{at}: no trials: {step}");
+            check_product_layout("auto", layout, &at);
+            let (shape, got) = read_npy_complex(&out.join(format!("{name}.npy")));
+            assert_eq!(shape, [m as u64, n as u64]);
+            // Sums of multiples of 1/4096: exact in double precision.
+            assert_eq!(got, product(complex), "{at}");
         }
     }
 }

@@ -176,6 +176,9 @@ fn a_runs_measured_peak_stays_within_the_plans() {
 /// - with `pipeline = "auto"` a matmul's trial runs hold both of its prepared ways at once (in
 ///   rounds and gathered whole, each with its own buffers): a ring gather at 2-4 ranks, and
 ///   SUMMA where 4 ranks make a square grid;
+/// - a skinny product over a long k (32 x 32768 over 640) holds, while trial runs weigh the
+///   layout its GEMM writes, the product written in the other layout and the result changed
+///   from it beside the result; pinned to the other layout, both for the whole step;
 /// - a redistribution to block-cyclic pieces of small blocks holds its lists of runs, as large
 ///   as the data where each run is a few elements (and 5x larger at one run an element).
 #[test]
@@ -198,6 +201,14 @@ fn exact_plans_hold_within_small_allocations() {
                 bc(blocks)
             )
     };
+    let skinny = |product_layout: &str| {
+        tensor("a", "[32, 640]", "\"replicated\"", "f32", "C")
+            + &tensor("b", "[640, 32768]", "{ slab = 1 }", "f32", "C")
+            + &format!(
+                "[[steps]]\nop = \"matmul\"\na = \"a\"\nb = \"b\"\nout = \"y\"\n\
+                 product_layout = \"{product_layout}\"\n"
+            )
+    };
     let bc64 = bc("[64, 64]");
     let cases = [
         (
@@ -206,6 +217,8 @@ fn exact_plans_hold_within_small_allocations() {
             &[2, 3, 4][..],
         ),
         ("summa", matmul(&bc64, &bc64, "summa"), &[4][..]),
+        ("skinny", skinny("auto"), &[1, 3][..]),
+        ("skinny_f", skinny("F"), &[1, 3][..]),
         ("bc_1x1", redistribute("[1, 1]"), &[1, 3, 4][..]),
         ("bc_3x5", redistribute("[3, 5]"), &[1, 3, 4][..]),
     ];

@@ -22,6 +22,7 @@ use crate::runtime::{self, Context, Start};
 use crate::spec::Loaded;
 use crate::spec::model::{CommBackend, Device};
 use crate::spec::step::Timing;
+use crate::spec::tensor::Layout;
 use anyhow::{Result, bail};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -62,6 +63,10 @@ pub struct StepRecord {
     /// How a matmul's gathered operand traveled where it could go in rounds (`Rounds` or
     /// `Whole`), with the trial times (rounds, whole) where trial runs chose.
     pub pipeline: Option<Chosen<MatmulPipeline>>,
+    /// The layout a matmul's GEMM wrote its product in (the result's, or the other, changed
+    /// after), where the spec pinned it or trial runs weighed both (their times in the order
+    /// C, F).
+    pub product_layout: Option<Chosen<Layout>>,
     /// Where that operand, gathered whole, moved slice by slice within NCCL windows (by the
     /// copy engines, under the GEMMs), the slices.
     pub window_slices: Option<usize>,

@@ -125,6 +125,12 @@ impl Progress {
                 ));
             }
         }
+        if let Some(Chosen { way, trials }) = record.product_layout {
+            line.push_str(&format!(", product written {way}"));
+            if let Some([c, f]) = trials {
+                line.push_str(&format!(" (trials: C {}, F {})", duration(c), duration(f)));
+            }
+        }
         if !record.batches.is_empty() {
             let each: Vec<String> = record.batches.iter().map(|n| n.to_string()).collect();
             line.push_str(&format!(", transposes in {} batches", each.join(" and ")));

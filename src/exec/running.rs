@@ -52,6 +52,7 @@ impl<'a, B: Backend> StepRun<'a, B> {
             via: None,
             puts_by: None,
             pipeline: None,
+            product_layout: None,
             window_slices: None,
             batches: Vec::new(),
         };

@@ -12,8 +12,8 @@ use crate::dist::TensorState;
 use crate::dist::whole::{CHUNK_BYTES, whole_state};
 use crate::output::checksum::{Hasher, sha256_hex};
 use crate::output::manifest::{
-    self, CheckRecord, Manifest, MemoryRecord, PipelineRecord, PointRecord, RankInfo, ShardRecord,
-    TensorRecord, TimeStats, ViaRecord,
+    self, CheckRecord, Manifest, MemoryRecord, PipelineRecord, PointRecord, ProductLayoutRecord,
+    RankInfo, ShardRecord, TensorRecord, TimeStats, ViaRecord,
 };
 use crate::output::npy::{self, write_npy_in};
 use crate::output::rundir::{self, RunDir, default_path};
@@ -443,6 +443,13 @@ fn step_record(s: &super::StepRecord, planned: &crate::plan::StepPlan) -> manife
             whole_s: trials.map(|t| t[1]),
             window_slices: s.window_slices,
         }),
+        product_layout: s
+            .product_layout
+            .map(|Chosen { way, trials }| ProductLayoutRecord {
+                chosen: way.to_string(),
+                c_s: trials.map(|t| t[0]),
+                f_s: trials.map(|t| t[1]),
+            }),
         batches: s.batches.clone(),
     }
 }

@@ -112,6 +112,7 @@ pub fn sample_manifest(algorithm: Checksum) -> Manifest {
             }),
             via: None,
             pipeline: None,
+            product_layout: None,
             batches: Vec::new(),
         }],
         tensors,

@@ -136,6 +136,11 @@ pub struct StepRecord {
     /// GEMM (`ag_gemm`'s ring, SUMMA on a square grid).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pipeline: Option<PipelineRecord>,
+    /// The layout a matmul's GEMM wrote its product in where it wrote the result itself and
+    /// the spec pinned that layout, or trial runs weighed both (a skinny product over a long k,
+    /// written whole in place: cuBLAS picks its kernels by the product's orientation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub product_layout: Option<ProductLayoutRecord>,
     /// How many batches each of an FFT's batched transposes ran in, each batch's move
     /// overlapping the next batch's transform (the first phase's way to the other slab, then
     /// the way back); absent where every move went whole.
@@ -159,6 +164,21 @@ pub struct PipelineRecord {
     /// engines, under the GEMMs): the slices.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window_slices: Option<usize>,
+}
+
+/// The layout a matmul's GEMM wrote its product in (where it wrote the result itself): the
+/// result's, or the other, changed to the result's after (counted in that way's trial times).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProductLayoutRecord {
+    /// `C` or `F`.
+    pub chosen: String,
+    /// The median of three trial runs writing the product in C order, seconds (slowest rank);
+    /// absent where the spec chose (`product_layout = "C"` or `"F"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub c_s: Option<f64>,
+    /// The median of three trial runs writing it in F order, likewise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub f_s: Option<f64>,
 }
 
 /// The choice between NCCL and NVSHMEM puts for one step.

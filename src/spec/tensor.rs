@@ -163,6 +163,16 @@ pub enum Layout {
     F,
 }
 
+impl Layout {
+    /// The other layout.
+    pub fn other(self) -> Layout {
+        match self {
+            Layout::C => Layout::F,
+            Layout::F => Layout::C,
+        }
+    }
+}
+
 impl fmt::Display for Layout {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {

@@ -541,6 +541,12 @@ impl Gen {
                 self.rng.pick(&["auto", "rounds", "whole"])
             );
         }
+        if self.rng.chance(0.3) {
+            keys += &format!(
+                "product_layout = \"{}\"\n",
+                self.rng.pick(&["auto", "C", "F"])
+            );
+        }
         keys += &format!("out = \"{out}\"\n");
         if declared {
             self.declare(&out, &[m, n], dt, out_dist.as_ref());

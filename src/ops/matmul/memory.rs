@@ -3,14 +3,14 @@
 //! product, the result where the algorithm leaves it, the addend and bias moved beside it, and
 //! for a check of a nonlinear epilog the kept pre-activation values. A matmul in rounds holds
 //! each round's arrived piece instead of the gathered operand, and with `pipeline = "auto"` its
-//! trials hold both ways at once. Counted as the CPU runs it (no fused epilog, no rounds of
+//! trials hold both ways at once, as do those weighing the layout its product is written in. Counted as the CPU runs it (no fused epilog, no rounds of
 //! puts: the GPU's fused epilog only drops buffers, and its rounds land in symmetric buffers,
 //! which the plan counts apart: [`puts_rooms`]); the GEMM library's own buffers apart
 //! ([`LIBRARY_BYTES`]).
 
 use super::{
-    Reduction, Target, bias_target, epilog, local, moves_result, natural_state, targets,
-    writes_directly,
+    Reduction, Target, bias_target, epilog, layouts_worth_weighing, local, moves_result,
+    natural_state, targets, writes_directly,
 };
 use crate::dist::{Placement, TensorState};
 use crate::ops::checks::dots_scratch;
@@ -18,7 +18,8 @@ use crate::ops::exchange::{Custom, Holdings, Side};
 use crate::ops::movement::{EXACT_RANKS, local_bytes, staged_bytes};
 use super::chunks::{self, Gathered};
 use super::{
-    InRounds, Matmul, MatmulAlgorithm, MatmulChoice, MatmulPipeline, in_rounds, rounds_of,
+    InRounds, Matmul, MatmulAlgorithm, MatmulChoice, MatmulPipeline, ProductLayout, in_rounds,
+    rounds_of,
 };
 use crate::spec::tensor::{Distribution, Layout};
 
@@ -40,7 +41,7 @@ pub fn workspace<'a>(
     let (sa, sb) = (&inputs[0], &inputs[1]);
     let (targets, reduction) = moves(step, choice, (sa, sb), out, ranks);
     let direct = writes_directly(step, &reduction, false);
-    let natural = natural_state(&choice.natural, out, direct);
+    let natural = natural_state(&choice.natural, out, direct, step.product_layout.pinned());
     // The addend lands beside the product, row-major (a partial result's on rank 0 alone: see
     // `addend_pieces`).
     let addend_dist = match natural.dist {
@@ -49,6 +50,16 @@ pub fn workspace<'a>(
     };
     let bias_to = bias_target(&choice.natural);
     let moves = moves_result(&natural, out);
+    let weighs = step.product_layout == ProductLayout::Auto
+        && direct
+        && !moves
+        && layouts_worth_weighing(step.mnk(sa, out));
+    let turned = weighs.then(|| {
+        TensorState {
+            layout: natural.layout.other(),
+            ..natural.clone()
+        }
+    });
     // The way in rounds where it can go so (see `operands`): with `pipeline = "auto"` its trial
     // runs hold it beside the whole gather, each with its own buffers.
     let state = move |of| operand(of, (sa, sb));
@@ -140,7 +151,13 @@ pub fn workspace<'a>(
             (MatmulPipeline::Auto, Some(_)) => result_side + natural_piece,
             _ => 0,
         };
-        operands + result_side + natural_buf + trials
+        // Where trial runs weigh the product's layouts (after the pipeline's), the way that
+        // writes it in the other layout holds that product and the result changed from it.
+        let layouts = match &turned {
+            Some(turned) => natural_piece + staged_bytes(turned, &Side::of(out), ranks, rank),
+            None => 0,
+        };
+        operands + result_side + natural_buf + trials.max(layouts)
     }
 }
 

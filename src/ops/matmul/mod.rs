@@ -21,7 +21,7 @@ mod op;
 mod spec;
 
 pub use choice::{MatmulCase, MatmulChoice, OperandBytes, choose};
-pub use spec::{Matmul, MatmulAlgorithm, MatmulPipeline};
+pub use spec::{Matmul, MatmulAlgorithm, MatmulPipeline, ProductLayout};
 
 use crate::backend::work::{Addends, Bias, Run};
 use super::exchange::{Custom, Holdings, Side};
@@ -156,6 +156,18 @@ pub struct Ways {
     pub keep_pre: bool,
     /// Move an operand gathered whole in rounds that overlap the GEMM, where its pieces allow.
     pub rounds: bool,
+    /// The layout the GEMM writes the product in where it writes the result itself (None: the
+    /// result's); another than the result's is changed to it after.
+    pub product_layout: Option<Layout>,
+}
+
+/// Whether an m x n product over k is worth writing in the other layout than its result's,
+/// changed after: the change reads and writes the product (2mn elements), at most a tenth of
+/// what the GEMM reads of its operands (k(m + n)). cuBLAS picks its kernels by the product's
+/// orientation, and on skinny products with a long k either may be the faster by up to 1.15x
+/// with no rule found to tell which (bench/RESULTS.md, 2026-11-29).
+pub fn layouts_worth_weighing([m, n, k]: [u64; 3]) -> bool {
+    20 * m * n <= k * (m + n)
 }
 
 impl<B: Backend> PreparedMatmul<B> {
@@ -168,7 +180,11 @@ impl<B: Backend> PreparedMatmul<B> {
         choice: &MatmulChoice,
         inputs: &[TensorState],
         out: &TensorState,
-        Ways { keep_pre, rounds }: Ways,
+        Ways {
+            keep_pre,
+            rounds,
+            product_layout,
+        }: Ways,
     ) -> Result<Self> {
         let (ranks, rank) = (b.ranks() as u64, b.rank() as u64);
         let sa = &inputs[0];
@@ -200,7 +216,7 @@ impl<B: Backend> PreparedMatmul<B> {
                 .is_some_and(|e| b.fuses(sa.dtype, e));
         let direct = writes_directly(step, &reduction, fused);
         let acc = b.zeros(if direct { 0 } else { m_loc * n_loc * csize })?;
-        let natural_state = natural_state(&natural, out, direct);
+        let natural_state = natural_state(&natural, out, direct, product_layout);
         let reduced = match &reduction {
             Reduction::None => b.zeros(0)?,
             _ => b.zeros(rows.len() * columns.len() * csize)?,
@@ -238,6 +254,28 @@ impl<B: Backend> PreparedMatmul<B> {
                 .transpose()?,
             to_out,
         })
+    }
+
+    /// Whether trial runs should weigh writing the product in the other layout (changed after)
+    /// against writing the result itself: where the GEMM writes the result whole, in place (no
+    /// rounds, nothing moves it after), and the change costs little (`layouts_worth_weighing`
+    /// of the product's global m, n and k, alike on every rank).
+    pub fn weighs_layouts(&self, mnk: [u64; 3]) -> bool {
+        self.direct
+            && !self.fused
+            && self.chunks.is_none()
+            && self.to_out.is_none()
+            && layouts_worth_weighing(mnk)
+    }
+
+    /// Whether the GEMM writes the result itself (no addend, bias or activation after it).
+    pub fn writes_result(&self) -> bool {
+        self.direct
+    }
+
+    /// The layout the GEMM writes the product in.
+    pub fn product_layout(&self) -> Layout {
+        self.natural_state.layout
     }
 
     /// Whether an operand moves in rounds that overlap the GEMM (not gathered whole, whether
@@ -709,12 +747,21 @@ fn writes_directly(step: &Matmul, reduction: &Reduction, fused: bool) -> bool {
 }
 
 /// The result where the algorithm leaves it (in `natural`): a GEMM that writes it itself writes
-/// it in the result's layout (an F result is the row-major product of the transposed operands),
-/// otherwise row-major.
-fn natural_state(natural: &Distribution, out: &TensorState, direct: bool) -> TensorState {
+/// it in `product_layout`, by default the result's (an F result is the row-major product of the
+/// transposed operands), otherwise row-major.
+fn natural_state(
+    natural: &Distribution,
+    out: &TensorState,
+    direct: bool,
+    product_layout: Option<Layout>,
+) -> TensorState {
+    let layout = match direct {
+        true => product_layout.unwrap_or(out.layout),
+        false => Layout::C,
+    };
     TensorState {
         dist: natural.clone(),
-        layout: if direct { out.layout } else { Layout::C },
+        layout,
         ..out.clone()
     }
 }

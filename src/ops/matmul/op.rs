@@ -1,5 +1,7 @@
 //! The matmul as an [`Op`]: its meaning check (`meaning.rs`), its memory (`memory.rs`), and its
-//! run: in rounds or whole (trial runs choose for `pipeline = "auto"`), then Freivalds' check.
+//! run: in rounds or whole (trial runs choose for `pipeline = "auto"`), the product written in
+//! the result's layout or the other (trial runs choose where that may pay), then Freivalds'
+//! check.
 
 use super::memory::{self};
 use super::{Matmul, MatmulPipeline, PreparedMatmul, Ways, freivalds};
@@ -13,6 +15,7 @@ use crate::plan::figures::Figures;
 use crate::plan::memory::Needs;
 use crate::plan::resolve::Resolver;
 use crate::spec::step::{StepCommon, Timing};
+use crate::spec::tensor::Layout;
 use anyhow::Result;
 
 impl Op for Matmul {
@@ -76,20 +79,43 @@ impl Op for Matmul {
         let (b, planned, out_state) = (run.b, run.planned, run.out_state());
         let inputs = run.inputs.clone();
         let choice = (planned.matmul.as_ref()).expect("a planned matmul has an algorithm");
-        let prepare = |rounds| {
+        let pinned = self.product_layout.pinned();
+        let prepare = |rounds, product_layout| {
             let states = &planned.input_states;
             let ways = Ways {
                 keep_pre: run.check(),
                 rounds,
+                product_layout,
             };
             PreparedMatmul::new(b, self, choice, states, out_state, ways)
         };
-        let mut prepared = prepare(self.pipeline != MatmulPipeline::Whole)?;
+        let mut prepared = prepare(self.pipeline != MatmulPipeline::Whole, pinned)?;
         let (could, mut trials) = (prepared.in_rounds(), None);
         if could && self.pipeline == MatmulPipeline::Auto {
-            let ways = [prepared, prepare(false)?];
-            let (faster, times) = pick_pipeline(b, run.timing(), ways, &inputs)?;
+            let ways = [prepared, prepare(false, pinned)?];
+            let (faster, times) = faster(b, run.timing(), ways, &inputs)?;
             (prepared, trials) = (faster, Some(times));
+        }
+        let mnk = self.mnk(&planned.input_states[0], out_state);
+        if pinned.is_none() && prepared.weighs_layouts(mnk) {
+            let other = out_state.layout.other();
+            let ways = [prepared, prepare(false, Some(other))?];
+            let (faster, times) = faster(b, run.timing(), ways, &inputs)?;
+            prepared = faster;
+            // The trial times in the order C, F.
+            let trials = match other {
+                Layout::F => times,
+                Layout::C => [times[1], times[0]],
+            };
+            run.record.product_layout = Some(Chosen {
+                way: prepared.product_layout(),
+                trials: Some(trials),
+            });
+        } else if pinned.is_some() && prepared.writes_result() {
+            run.record.product_layout = Some(Chosen {
+                way: prepared.product_layout(),
+                trials: None,
+            });
         }
         // Recorded where the operand could move in rounds, or moves whole slice by slice.
         run.record.window_slices = prepared.window_slices();
@@ -116,9 +142,8 @@ impl Op for Matmul {
 }
 
 impl Matmul {
-    /// Floating-point operations of one run: 2mnk, 8mnk for complex dtypes.
     /// The product's m, n and k (of `op(a)`: m x k, `op(b)`: k x n).
-    fn mnk(&self, a: &TensorState, out: &TensorState) -> [u64; 3] {
+    pub(super) fn mnk(&self, a: &TensorState, out: &TensorState) -> [u64; 3] {
         let k = if self.transpose_a {
             a.shape[0]
         } else {
@@ -127,15 +152,17 @@ impl Matmul {
         [out.shape[0], out.shape[1], k]
     }
 
+    /// Floating-point operations of one run: 2mnk, 8mnk for complex dtypes.
     fn flops(&self, a: &TensorState, out: &TensorState) -> f64 {
         let per_fma = if out.dtype.is_complex() { 8.0 } else { 2.0 };
         per_fma * self.mnk(a, out).iter().map(|&x| x as f64).product::<f64>()
     }
 }
 
-/// The choice between a matmul in rounds and the same matmul gathering in one exchange
-/// (`ways`, in that order), by trial runs; returns the kept one and both trial times.
-fn pick_pipeline<B: Backend>(
+/// The faster of two ways to run a matmul (in rounds or gathering in one exchange; the product
+/// written in the result's layout or the other), by trial runs; returns it and both ways' trial
+/// times, in the order of `ways`.
+fn faster<B: Backend>(
     b: &B,
     timing: Timing,
     mut ways: [PreparedMatmul<B>; 2],

@@ -1,6 +1,8 @@
-//! The matmul step's keys: operands, scales, transposes, epilog, algorithm and pipeline.
+//! The matmul step's keys: operands, scales, transposes, epilog, algorithm, pipeline and the
+//! product's layout.
 
 use crate::spec::step::{BiasPer, Epilog, StepCommon};
+use crate::spec::tensor::Layout;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -53,6 +55,11 @@ pub struct Matmul {
     /// GEMM, or in one exchange before it (default auto: trial runs choose).
     #[serde(default)]
     pub pipeline: MatmulPipeline,
+    /// The layout the GEMM writes the product in where it writes the result itself (no addend,
+    /// bias or activation after it): the result's, or the other, changed to the result's after
+    /// (default auto: trial runs choose where that change costs little).
+    #[serde(default)]
+    pub product_layout: ProductLayout,
     #[serde(flatten)]
     #[allow(missing_docs)]
     pub common: StepCommon,
@@ -86,6 +93,35 @@ impl MatmulPipeline {
             MatmulPipeline::Auto => "auto",
             MatmulPipeline::Rounds => "rounds",
             MatmulPipeline::Whole => "whole",
+        }
+    }
+}
+
+/// The layout a matmul's GEMM writes its product in, where it writes the result itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+pub enum ProductLayout {
+    /// Where the GEMM writes the result whole and in place (nothing moves it after) and the
+    /// change of layout costs at most a tenth of what the GEMM reads (`2mn <= k(m + n) / 10`:
+    /// a skinny product over a long k), three trial runs each way, in turn, before the step's
+    /// own runs; the faster is kept (the manifest's `product_layout` records both). Elsewhere
+    /// the result's layout. cuBLAS picks its kernels by the product's orientation, and on such
+    /// products either may be the faster.
+    #[default]
+    #[serde(rename = "auto")]
+    Auto,
+    /// Row-major.
+    C,
+    /// Column-major.
+    F,
+}
+
+impl ProductLayout {
+    /// The layout pinned, if any.
+    pub fn pinned(self) -> Option<Layout> {
+        match self {
+            ProductLayout::Auto => None,
+            ProductLayout::C => Some(Layout::C),
+            ProductLayout::F => Some(Layout::F),
         }
     }
 }
