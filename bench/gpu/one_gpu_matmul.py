@@ -10,8 +10,9 @@ and a last line names those below 0.95x.
 
 Both are timed alike: 2 warm-up runs, then the iterations back to back between one pair of
 CUDA events, their mean (distrun's `timing = "queued"`). Prints one row per case: distrun's
-time and TFLOP/s, cupy's time, and distrun's speed as cupy's time over distrun's (>= 0.95 is
-the target). Where cupy will not write an F-order `out` (it raises), its time is that of the
+time and TFLOP/s, cupy's time, distrun's speed as cupy's time over distrun's (>= 0.95 is
+the target), and where distrun's trials weighed the layout its GEMM writes (skinny products
+over a long k), the one it kept with both trial times in ms (C/F). Where cupy will not write an F-order `out` (it raises), its time is that of the
 C-order result it returns (marked *), which cuBLAS writes the other way round.
 """
 
@@ -119,7 +120,7 @@ def cupy_time(dtype, m, n, k, layout, ta, tb, iterations):
 
 def main():
     a = arguments(CASES).parse_args()
-    print(f"{'case':<26} {'distrun ms':>10} {'TFLOP/s':>8} {'cupy ms':>8} {'speed':>6}")
+    print(f"{'case':<26} {'distrun ms':>10} {'TFLOP/s':>8} {'cupy ms':>8} {'speed':>6} product")
     rows, other_way = [], False
     for name in chosen(a, draw):
         dtype, m, n, k, layout, ta, tb = case(name)
@@ -133,7 +134,11 @@ def main():
         t = step["time_s"]["median"]
         flops = (8 if dtype.startswith("c") else 2) * m * n * k / t / 1e12
         speed = f"{c / t:5.2f}x" if c else "    -"
-        print(f"{name:<26} {t * 1e3:10.3f} {flops:8.1f} {cupy} {speed}", flush=True)
+        # The layout distrun's GEMM wrote, where its trials weighed both (C/F: their times).
+        weighed = step.get("product_layout") or {}
+        product = (f"{weighed['chosen']} ({weighed['c_s'] * 1e3:.3f}/{weighed['f_s'] * 1e3:.3f})"
+                   if "c_s" in weighed else "")
+        print(f"{name:<26} {t * 1e3:10.3f} {flops:8.1f} {cupy} {speed} {product}", flush=True)
         if c:
             rows.append((name, c / t))
     if other_way:
