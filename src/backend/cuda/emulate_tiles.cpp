@@ -1,17 +1,18 @@
-// The backend's copy kernels (copy_grid_*, copy_narrow_*, copy_gapped_*, copy_nested_*,
-// copy_rows, copy_runs) run on the CPU: a host C++ compiler builds the CUDA source (kernels.cu,
-// written beside this file by the test that compiles it) with the few CUDA names they use stood
-// in for, and every block runs as 32 x 8 threads (256 x 1 for copy_narrow, copy_rows and
-// copy_runs) that meet at each __syncthreads (a std::barrier). Each kernel copies grids of every
-// shape class (whole tiles, edges, lines shorter than a word, batches, offset starts) both ways
-// across (the shifted kernels, lines starting anywhere in a word, alongside too), and every
-// element must land where the grid says, with nothing written elsewhere (the kernels across in
-// whole destination sectors, copy_grid_<bytes>t, on larger grids too, for their inner tiles, in
-// strips, and three-axis reversals with their grids folded as the host folds them; copy_narrow
-// packing and unpacking short axes, its tile's rows shifted between banks or not; copy_gapped few
-// rows with gaps between grids; copy_nested the grids of four- and five-axis layout changes,
-// nested in levels; copy_rows and copy_runs runs contiguous on both sides from and to every
-// place in a 16-byte word, and strided ones). Exit status 0 when all do.
+// The backend's copy kernels (copy_grid_*, copy_narrow_*, copy_gapped_*, copy_ends_*,
+// copy_nested_*, copy_rows, copy_runs) run on the CPU: a host C++ compiler builds the CUDA
+// source (kernels.cu, written beside this file by the test that compiles it) with the few CUDA
+// names they use stood in for, and every block runs as 32 x 8 threads (256 x 1 for copy_narrow,
+// copy_ends, copy_rows and copy_runs) that meet at each __syncthreads (a std::barrier). Each
+// kernel copies grids of every shape class (whole tiles, edges, lines shorter than a word,
+// batches, offset starts) both ways across (the shifted kernels, lines starting anywhere in a
+// word, alongside too), and every element must land where the grid says, with nothing written
+// elsewhere (the kernels across in whole destination sectors, copy_grid_<bytes>t, on larger
+// grids too, for their inner tiles, in strips, and three-axis reversals with their grids folded
+// as the host folds them; copy_narrow packing and unpacking short axes, its tile's rows shifted
+// between banks or not; copy_gapped few rows with gaps between grids; copy_ends two short axes,
+// whole grids a tile; copy_nested the grids of four- and five-axis layout changes, nested in
+// levels; copy_rows and copy_runs runs contiguous on both sides from and to every place in a
+// 16-byte word, and strided ones). Exit status 0 when all do.
 #include <algorithm>
 #include <array>
 #include <barrier>
@@ -455,6 +456,37 @@ static int check_gapped(void (*kernel)(const E*, E*, Grid), unsigned long long r
     return bad;
 }
 
+// Copies m grids of two short axes with copy_ends_<bytes> (the host's `Ends`): x (nx elements)
+// along the source, y (ny) along the destination, m continuing x on the source and y on the
+// destination, y's source lines and x's destination lines with gaps between them, starts off
+// words; `per` steps of m a tile (its last one cut short where per does not divide m) in
+// `blocks` blocks (fewer than the tiles: blocks loop). Returns the misplaced elements.
+template <typename E>
+static int check_ends(void (*kernel)(const E*, E*, Ends), unsigned nx, unsigned ny, unsigned long long m,
+                      unsigned per, unsigned blocks) {
+    Grid g{};
+    g.batches = m, g.outer_s = nx, g.outer_d = ny;
+    g.rows = ny, g.step_s = m * nx + 3, g.step_d = 1;
+    g.count = nx, g.stride_s = 1, g.stride_d = m * ny + 2;
+    g.start_s = 5, g.start_d = 3;
+    Ends a{g.start_s, g.start_d, m, nx, ny, g.step_s, g.stride_d, nx, ny, per, (per * nx) | 1, {}, {}};
+    const unsigned long long by[4] = {per * nx, nx, per * ny, ny};
+    for (int k = 0; k < 4; k++) {
+        const auto [mul, shift] = divider(std::max(by[k], 2ull));
+        a.mul[k] = (unsigned)mul, a.shift[k] = (unsigned)shift;
+    }
+    const size_t n_s = g.start_s + ny * g.step_s, n_d = g.start_d + nx * g.stride_d + 4;
+    std::vector<E> src(n_s), dst(n_d);
+    for (size_t k = 0; k < n_s; k++) src[k] = value<E>(k);
+    std::memset(dst.data(), 0xa5, n_d * sizeof(E));
+    launch({blocks, 1, 1}, [&] { kernel(src.data(), dst.data(), a); }, true);
+    const int bad = misplaced(g, src.data(), dst.data(), n_d);
+    if (bad)
+        std::printf("copy_ends_%zu: x %u, y %u, m %llu, %u a tile, %u blocks: %d misplaced\n", sizeof(E), nx, ny, m,
+                    per, blocks, bad);
+    return bad;
+}
+
 // Copies `batches` grids of `rows` runs of `count` elements contiguous on both sides with
 // copy_rows, groups of 2^lanes_log threads a run in `blocks` blocks along x (fewer than the runs
 // need: groups take several); runs `count + 5` and `count + 3` elements apart start at every
@@ -685,6 +717,16 @@ int main() {
                    check_gapped(copy_gapped_4, rows, batches, gap, count, fewer) +
                    check_gapped(copy_gapped_8, rows, batches, gap, count, fewer) +
                    check_gapped(copy_gapped_16, rows, batches, gap, count, fewer);
+            runs += 5;
+        }
+    // Two short axes, whole grids a tile: each way round, the shortest, a tile's last grids cut
+    // short, a grid a tile, blocks looping.
+    for (auto [nx, ny] : {std::pair{16u, 3u}, std::pair{3u, 16u}, std::pair{2u, 2u}, std::pair{31u, 5u}})
+        for (auto [m, per] : {std::pair{130ull, 7u}, std::pair{5ull, 1u}, std::pair{64ull, 16u}}) {
+            const unsigned blocks = (unsigned)std::max(1ull, (m + per - 1) / per / 3);
+            bad += check_ends(copy_ends_1, nx, ny, m, per, blocks) + check_ends(copy_ends_2, nx, ny, m, per, blocks) +
+                   check_ends(copy_ends_4, nx, ny, m, per, blocks) + check_ends(copy_ends_8, nx, ny, m, per, blocks) +
+                   check_ends(copy_ends_16, nx, ny, m, per, blocks);
             runs += 5;
         }
     // A table of runs, contiguous and strided, a warp or a block a run, in one or two chunks.
