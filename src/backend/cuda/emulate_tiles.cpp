@@ -469,10 +469,10 @@ static int check_ends(void (*kernel)(const E*, E*, Ends), unsigned nx, unsigned 
     g.rows = ny, g.step_s = m * nx + 3, g.step_d = 1;
     g.count = nx, g.stride_s = 1, g.stride_d = m * ny + 2;
     g.start_s = 5, g.start_d = 3;
-    Ends a{g.start_s, g.start_d, m, nx, ny, g.step_s, g.stride_d, nx, ny, per, (per * nx) | 1, {}, {}};
-    const unsigned long long by[4] = {per * nx, nx, per * ny, ny};
-    for (int k = 0; k < 4; k++) {
-        const auto [mul, shift] = divider(std::max(by[k], 2ull));
+    Ends a{g.start_s, g.start_d, m, g.step_s, g.stride_d, nx, ny, per, (per * nx) | 1, {}, {}};
+    const unsigned long long by[3] = {per * nx, per * ny, ny};
+    for (int k = 0; k < 3; k++) {
+        const auto [mul, shift] = divider(by[k]);
         a.mul[k] = (unsigned)mul, a.shift[k] = (unsigned)shift;
     }
     const size_t n_s = g.start_s + ny * g.step_s, n_d = g.start_d + nx * g.stride_d + 4;

@@ -65,25 +65,15 @@ impl Ends {
         })
     }
 
-    /// The kernel's argument (its `Ends`): starts, m's extent and steps, y's source step, x's
+    /// The kernel's argument (its `Ends`): starts, m's extent, y's source step, x's
     /// destination step; the extents, the grids a tile holds and its rows' length; the
-    /// dividers by a tile row's elements, x's extent, a destination stretch's elements and y's
-    /// extent.
+    /// dividers by a source stretch's elements, a destination stretch's and y's extent.
     pub(super) fn arg(&self) -> EndsArg {
         let (nx, ny, per) = (self.x.0, self.y.0, self.per);
         let row = (per * nx) | 1;
-        let div = [per * nx, nx, per * ny, ny].map(|n| divider(n.max(2) as u64));
+        let div = [per * nx, per * ny, ny].map(|n| divider(n as u64));
         EndsArg(
-            [
-                self.start.0,
-                self.start.1,
-                self.m,
-                nx,
-                ny,
-                self.y.1,
-                self.x.1,
-            ]
-            .map(|v| v as u64),
+            [self.start.0, self.start.1, self.m, self.y.1, self.x.1].map(|v| v as u64),
             [nx, ny, per, row].map(|v| v as u32),
             div.map(|d| d.0 as u32),
             div.map(|d| d.1 as u32),
@@ -102,9 +92,9 @@ impl Ends {
 
 /// [`Ends::arg`]'s fields, laid out as the kernels' `Ends`.
 #[repr(C)]
-pub(super) struct EndsArg([u64; 7], [u32; 4], [u32; 4], [u32; 4]);
+pub(super) struct EndsArg([u64; 5], [u32; 4], [u32; 3], [u32; 3]);
 
-// SAFETY: seven u64s and twelve u32s, laid out as the kernels' `Ends`.
+// SAFETY: five u64s and ten u32s, laid out as the kernels' `Ends`.
 unsafe impl cudarc::driver::DeviceRepr for EndsArg {}
 
 #[cfg(test)]

@@ -1089,12 +1089,13 @@ BY_SIZE(copy_gapped, gapped, Grid)
 // `Ends`): x runs along the source (step 1), y along the destination, and m steps nx on the
 // source and ny on the destination, as a three-axis reversal [3, 230013, 16] with both end axes
 // short runs between C and F order. A block's tile holds `per` steps of m whole: it reads them
-// y by y, each a stretch of per * nx source elements, and writes them x by x, each per * ny
-// destination elements; the tile's rows (one a y) padded to an odd length. Indices below 2^31
-// divided as the host's `divider` says (mul, shift: by per * nx, nx, per * ny, ny).
+// y by y, each a stretch of per * nx source elements (a row of the tile, padded to an odd
+// length), and writes them x by x, each a stretch of per * ny destination elements, 8 elements a
+// thread in flight each way. Indices below 2^31 divided as the host's `divider` says (mul,
+// shift: by per * nx, per * ny and ny).
 struct Ends {
-    unsigned long long start_s, start_d, m, step_ms, step_md, step_ys, step_xd;
-    unsigned int nx, ny, per, row, mul[4], shift[4];
+    unsigned long long start_s, start_d, m, step_ys, step_xd;
+    unsigned int nx, ny, per, row, mul[3], shift[3];
 };
 
 template <typename T>
@@ -1103,29 +1104,43 @@ __device__ __forceinline__ void ends(const T* s, T* d, const Ends& a) {
     __shared__ __align__(16) T tile[32768 / sizeof(T)];
     const unsigned int jx = a.per * a.nx, jy = a.per * a.ny, n = jx * a.ny;
     for (u64 m0 = (u64)blockIdx.x * a.per; m0 < a.m; m0 += (u64)gridDim.x * a.per) {
+        // The stretches' elements that lie inside the grid (the last tile's may not).
         const u64 left = a.m - m0;
-        const T* from = s + a.start_s + m0 * a.step_ms;
-        T* to = d + a.start_d + m0 * a.step_md;
+        const unsigned int lx = left < a.per ? (unsigned int)left * a.nx : jx;
+        const unsigned int ly = left < a.per ? (unsigned int)left * a.ny : jy;
+        const T* from = s + a.start_s + m0 * a.nx;
+        T* to = d + a.start_d + m0 * a.ny;
         for (unsigned int e0 = threadIdx.x; e0 < n; e0 += 256 * 8) {
             T w[8];
-            unsigned int at[8];
 #pragma unroll
             for (int k = 0; k < 8; k++) {
                 const unsigned int e = e0 + 256 * k;
                 const unsigned int y = __umulhi(e, a.mul[0]) >> a.shift[0], r = e - y * jx;
-                const unsigned int j = __umulhi(r, a.mul[1]) >> a.shift[1], x = r - j * a.nx;
-                at[k] = e < n && j < left ? y * a.row + r : ~0u;
-                if (at[k] != ~0u) w[k] = from[j * a.step_ms + x + y * a.step_ys];
+                if (e < n && r < lx) w[k] = from[r + y * a.step_ys];
             }
 #pragma unroll
-            for (int k = 0; k < 8; k++)
-                if (at[k] != ~0u) tile[at[k]] = w[k];
+            for (int k = 0; k < 8; k++) {
+                const unsigned int e = e0 + 256 * k;
+                const unsigned int y = __umulhi(e, a.mul[0]) >> a.shift[0], r = e - y * jx;
+                if (e < n && r < lx) tile[y * a.row + r] = w[k];
+            }
         }
         __syncthreads();
-        for (unsigned int e = threadIdx.x; e < n; e += 256) {
-            const unsigned int x = __umulhi(e, a.mul[2]) >> a.shift[2], r = e - x * jy;
-            const unsigned int j = __umulhi(r, a.mul[3]) >> a.shift[3], y = r - j * a.ny;
-            if (j < left) to[j * a.step_md + (u64)x * a.step_xd + y] = tile[y * a.row + j * a.nx + x];
+        for (unsigned int e0 = threadIdx.x; e0 < n; e0 += 256 * 8) {
+            T w[8];
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                const unsigned int e = e0 + 256 * k;
+                const unsigned int x = __umulhi(e, a.mul[1]) >> a.shift[1], r = e - x * jy;
+                const unsigned int j = __umulhi(r, a.mul[2]) >> a.shift[2], y = r - j * a.ny;
+                if (e < n && r < ly) w[k] = tile[y * a.row + j * a.nx + x];
+            }
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                const unsigned int e = e0 + 256 * k;
+                const unsigned int x = __umulhi(e, a.mul[1]) >> a.shift[1], r = e - x * jy;
+                if (e < n && r < ly) to[x * a.step_xd + r] = w[k];
+            }
         }
         __syncthreads();
     }
