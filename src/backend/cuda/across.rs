@@ -195,21 +195,12 @@ pub(super) fn divider(per: u64) -> (u64, u64) {
 mod tests {
     use super::{Fold, Sweep, divider};
     use crate::backend::cuda::tests::transpose;
-    use crate::backend::work::{Run, RunGrid};
+    use crate::backend::work::{self, Run, RunGrid};
 
     /// The grids of an [I, J, K] tensor from C to F order, as a redistribution lists its runs:
     /// one a source line along K.
-    fn reversal([i, j, k]: [usize; 3]) -> RunGrid {
-        let runs: Vec<Run> = (0..i * j)
-            .map(|n| Run {
-                src: n * k,
-                dst: n / j + n % j * i,
-                count: k,
-                src_stride: 1,
-                dst_stride: i * j,
-            })
-            .collect();
-        RunGrid::of(&runs).expect("grids")
+    fn reversal(shape: [usize; 3]) -> RunGrid {
+        RunGrid::of(&work::reversal(&shape)).expect("grids")
     }
 
     #[test]

@@ -100,21 +100,11 @@ unsafe impl cudarc::driver::DeviceRepr for EndsArg {}
 #[cfg(test)]
 mod tests {
     use super::Ends;
-    use crate::backend::work::{Run, RunGrid};
+    use crate::backend::work::{self, RunGrid};
 
-    /// The grid of an [a, m, b] tensor's reversal from C to F order, as a redistribution lists
-    /// its runs: one a source line along b.
-    fn reversal([a, m, b]: [usize; 3]) -> RunGrid {
-        let runs: Vec<Run> = (0..a * m)
-            .map(|n| Run {
-                src: n * b,
-                dst: n / m + n % m * a,
-                count: b,
-                src_stride: 1,
-                dst_stride: a * m,
-            })
-            .collect();
-        RunGrid::of(&runs).expect("a grid")
+    /// The grid of a C-order `shape`'s change to F order, as a redistribution lists its runs.
+    fn reversal(shape: [usize; 3]) -> RunGrid {
+        RunGrid::of(&work::reversal(&shape)).expect("a grid")
     }
 
     #[test]
