@@ -1,9 +1,9 @@
-//! Grids whose two axes are both short, each continued by the batches on one side (the kernels
-//! `copy_ends_<bytes>`): a three-axis reversal with both end axes short, such as an f32
-//! [3, 230013, 16] from F to C order, where the source runs along (batches, 3) and the
-//! destination along (batches, 16). Square tiles over such grids stand mostly empty (16 by 3
-//! of 32 by 32); a block here holds many whole grids, read as the source lays them out and
-//! written as the destination does.
+//! Grids whose two axes are both short, each continued by a third axis on one side (the
+//! kernels `copy_ends_<bytes>`): a three-axis reversal with both end axes short, such as an f32
+//! [3, 230013, 16] from F to C order, whose source runs along the 3 and then the middle axis and
+//! whose destination along the 16 and then the middle axis. Square tiles over such grids stand
+//! mostly empty (16 by 3 of 32 by 32); a block here holds many whole grids, read as the source
+//! lays them out and written as the destination does.
 
 use super::across::divider;
 use crate::backend::work::RunGrid;

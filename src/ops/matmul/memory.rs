@@ -3,10 +3,10 @@
 //! product, the result where the algorithm leaves it, the addend and bias moved beside it, and
 //! for a check of a nonlinear epilog the kept pre-activation values. A matmul in rounds holds
 //! each round's arrived piece instead of the gathered operand, and with `pipeline = "auto"` its
-//! trials hold both ways at once, as do those weighing the layout its product is written in. Counted as the CPU runs it (no fused epilog, no rounds of
-//! puts: the GPU's fused epilog only drops buffers, and its rounds land in symmetric buffers,
-//! which the plan counts apart: [`puts_rooms`]); the GEMM library's own buffers apart
-//! ([`LIBRARY_BYTES`]).
+//! trials hold both ways at once, as do those weighing the layout its product is written in.
+//! Counted as the CPU runs it (no fused epilog, no rounds of puts: the GPU's fused epilog only
+//! drops buffers, and its rounds land in symmetric buffers, which the plan counts apart:
+//! [`puts_rooms`]); the GEMM library's own buffers apart ([`LIBRARY_BYTES`]).
 
 use super::{
     Reduction, Target, bias_target, epilog, layouts_worth_weighing, local, moves_result,
