@@ -375,9 +375,7 @@ mod tests {
         for (shape, elem, to) in [
             (&[2, 933, 2721][..], 8, Layout::C),
             (&[5, 32, 32768], 1, Layout::F),
-            (&[3, 230013, 16], 4, Layout::C),
             (&[3000, 4000, 5], 8, Layout::C),
-            (&[12, 300000, 3], 16, Layout::F),
             (&[8, 2048, 4096], 1, Layout::C),
             (&[8, 1024, 1168], 1, Layout::C),
             (&[2048, 2048, 8], 4, Layout::C),
@@ -389,6 +387,18 @@ mod tests {
             };
             assert_eq!(folded.folds(), 1, "{shape:?}");
             assert!(folded.fill(32) >= 0.25, "{shape:?}: {folded:?}");
+        }
+        // Both end axes short (under half a tile's side): whole grids a tile, copy_ends.
+        for (shape, elem, to) in [
+            (&[3, 230013, 16][..], 4, Layout::C),
+            (&[3, 230013, 16], 4, Layout::F),
+            (&[4, 410362, 7], 2, Layout::F),
+            (&[9, 1465759, 4], 1, Layout::F),
+            (&[8, 104480, 3], 8, Layout::C),
+            (&[12, 300000, 3], 16, Layout::F),
+        ] {
+            let k = kernel(shape, elem, to);
+            assert!(matches!(k, TileKernel::Ends(_)), "{shape:?}: {k:?}");
         }
         // Not where the across kernels sweep the rows into long lines and the folded grid
         // would move one element at a time (or in 2-byte words), nor where the tiles are full
