@@ -1,6 +1,7 @@
 //! Distributed matmul under mpiexec at 1-4 ranks: every algorithm, operand distributions and
-//! layouts, transposes, conjugates, alpha/beta/c, epilogs and dtypes, at odd sizes, each result
-//! compared with a naive product computed here from values this test writes as .npy files.
+//! layouts, transposes, conjugates, alpha/beta/c, epilogs and dtypes, the product's layout pinned
+//! and weighed, at odd sizes, each result compared with a naive product computed here from
+//! values this test writes as .npy files.
 
 mod common;
 use common::*;
