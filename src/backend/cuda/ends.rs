@@ -6,6 +6,7 @@
 //! lays them out and written as the destination does.
 
 use super::across::divider;
+use super::words_side;
 use crate::backend::work::RunGrid;
 use cudarc::driver::LaunchConfig;
 
@@ -33,15 +34,16 @@ pub(super) struct Ends {
 impl Ends {
     /// How `g` moves through `copy_ends_<bytes>`, if it does: of its three axes (not nested
     /// further), x contiguous in the source and y in the destination, both shorter than half a
-    /// side of the square kernels' tiles (`side`: those would stand less than a quarter full),
+    /// side of the square kernels' tiles ([`words_side`]: those would stand less than a quarter
+    /// full),
     /// and the third, m, of two steps or more, continuing x on the source and y on the
     /// destination.
-    pub(super) fn of(g: &RunGrid, elem: usize, side: usize) -> Option<Ends> {
+    pub(super) fn of(g: &RunGrid, elem: usize) -> Option<Ends> {
         if g.nested() || !matches!(elem, 1 | 2 | 4 | 8 | 16) {
             return None;
         }
         let axes = [(g.batches, g.outer), (g.rows, g.step), (g.count, g.strides)];
-        let short = |n: usize| (2..side.div_ceil(2)).contains(&n);
+        let short = |n: usize| (2..words_side(elem).div_ceil(2)).contains(&n);
         let x = axes.iter().position(|&(n, s)| s.0 == 1 && short(n))?;
         let y = axes.iter().position(|&(n, s)| s.1 == 1 && short(n))?;
         if x == y {
@@ -112,7 +114,7 @@ mod tests {
         // [3, 230013, 16] from C to F order: x a run's elements along 16, y the runs along 3, m
         // the grids.
         let g = reversal([3, 230013, 16]);
-        let ends = Ends::of(&g, 4, 64).expect("both ends short");
+        let ends = Ends::of(&g, 4).expect("both ends short");
         assert_eq!(
             (ends.x, ends.y, ends.m),
             ((16, 690039), (3, 3680208), 230013)
@@ -121,21 +123,18 @@ mod tests {
         assert_eq!(ends.per, 170);
         assert!(ends.launch().grid_dim.0 >= 1024);
         // A long end (a 2-D transpose's axis) or one of a single element: not.
-        assert_eq!(Ends::of(&reversal([3, 2000, 64]), 4, 64), None);
-        assert_eq!(Ends::of(&reversal([1, 2000, 16]), 4, 64), None);
+        assert_eq!(Ends::of(&reversal([3, 2000, 64]), 4), None);
+        assert_eq!(Ends::of(&reversal([1, 2000, 16]), 4), None);
         // Gaps between the grids on a side: m does not continue its axis.
         let gapped = RunGrid {
             outer: (g.outer.0 + 1, g.outer.1),
             ..g
         };
-        assert_eq!(Ends::of(&gapped, 4, 64), None);
+        assert_eq!(Ends::of(&gapped, 4), None);
         // Ends short for bytes (tiles of 128) but not for c128 (tiles of 32).
-        assert!(Ends::of(&reversal([20, 900, 24]), 1, 128).is_some());
-        assert_eq!(Ends::of(&reversal([20, 900, 24]), 16, 32), None);
+        assert!(Ends::of(&reversal([20, 900, 24]), 1).is_some());
+        assert_eq!(Ends::of(&reversal([20, 900, 24]), 16), None);
         // Few batches: a grid a block.
-        assert_eq!(
-            Ends::of(&reversal([5, 700, 7]), 8, 64).map(|e| e.per),
-            Some(1)
-        );
+        assert_eq!(Ends::of(&reversal([5, 700, 7]), 8).map(|e| e.per), Some(1));
     }
 }

@@ -1229,6 +1229,12 @@ fn word_elements(elem: usize) -> Option<usize> {
     }
 }
 
+/// The side, in elements, of the square kernels' tiles of 32 words of `elem`-byte elements (32
+/// elements where a word is one).
+fn words_side(elem: usize) -> usize {
+    32 * word_elements(elem).unwrap_or(1)
+}
+
 /// Whether a tile kernel moving `g`'s elements one at a time (not in words) has each thread
 /// move two along a tile's lines (tiles of 64; the kernels' H): for elements of 1, 2 or 4 bytes
 /// where that still makes 512 tiles or more. One H100, two against one: u8 3001 x 4097 C -> F
@@ -1334,7 +1340,7 @@ fn folded_tiles(
         return None;
     }
     // (Each side's tiles as wide as its kernel's: the others' in words or shifted words.)
-    let words = 32 * word_elements(elem).unwrap_or(1);
+    let words = words_side(elem);
     let flat = nested::fill(g, words);
     // (Tiles full enough for either limit keep their kernels without folding, on every launch.)
     if flat >= FOLD_FILL_WORDS.max(FOLD_FILL_ELEMENTS) {
@@ -1431,7 +1437,7 @@ impl TileKernel {
                 wide,
             };
         }
-        if let Some(ends) = Ends::of(g, elem, 32 * word_elements(elem).unwrap_or(1)) {
+        if let Some(ends) = Ends::of(g, elem) {
             return TileKernel::Ends(ends);
         }
         if let Some(narrow) = Narrow::of(g, elem) {

@@ -4,7 +4,7 @@
 //! Which grids take them, and the blocks a launch takes.
 
 use super::across::divider;
-use super::word_elements;
+use super::words_side;
 use crate::backend::work::RunGrid;
 
 /// The elements of a 16-byte word, the kernels' unit on both sides.
@@ -98,7 +98,7 @@ impl Narrow {
                 (true, false) if lines(1) => (Way::Unpacks, 0, 1),
                 _ => return None,
             };
-            let side = 32 * word_elements(elem).unwrap_or(1);
+            let side = words_side(elem);
             (r >= 2 && 2 * r < side).then_some(Narrow {
                 starts: (pick(g.start, x), pick(g.start, y)),
                 outer: (pick(g.outer, x), pick(g.outer, y)),

@@ -354,12 +354,8 @@ mod tests {
         // A short axis at one end leaves the square tiles mostly empty (c64 [2, 933, 2721] to
         // C order 11% of the copy bandwidth on an H200): folded with the middle axis it fills
         // them, in the nested kernels.
-        let kernel = |shape: &[u64], elem, to| {
-            let from = if to == Layout::C {
-                Layout::F
-            } else {
-                Layout::C
-            };
+        let kernel = |shape: &[u64], elem, to: Layout| {
+            let from = to.other();
             let d = Distribution::Slab(Axis::Index(0));
             let side = |layout| Side {
                 dist: &d,
