@@ -88,7 +88,11 @@ def cupy_time(kind, dtype, shape, layout, iterations, norm="backward"):
     import cupy as cp
     real = {"c64": cp.complex64, "c128": cp.complex128, "f32": cp.float32, "f64": cp.float64}[dtype]
     order = "F" if layout == "F" else "C"
-    x = cp.asarray(cp.random.rand(*shape), order=order).astype(real, order=order)
+    # The values distrun's spec draws, uniform in [-1, 1) (both parts of a complex one).
+    x = cp.random.uniform(-1, 1, shape)
+    if dtype.startswith("c"):
+        x = x + 1j * cp.random.uniform(-1, 1, shape)
+    x = cp.asarray(x, dtype=real, order=order)
     if kind == "c2r":
         n = 2 * (shape[-1] - 1)
         shape_out = shape[:-1] + [n]
@@ -97,6 +101,11 @@ def cupy_time(kind, dtype, shape, layout, iterations, norm="backward"):
         f = lambda: cp.fft.rfftn(x)
     else:
         f = lambda: cp.fft.fftn(x)
+    if layout == "F" and kind != "c2c":
+        # cupy's real transforms of an F-order array return C order (c2r) or neither (r2c);
+        # distrun's result is in F order, as the spec's tensors are: cupy's is made so too.
+        g = f
+        f = lambda: cp.asfortranarray(g())
     return timed(f, iterations)
 
 

@@ -3304,19 +3304,16 @@ mod tests {
         assert!(!shifted_words(&strided, 2));
     }
 
-    /// The copy kernels (tiles, rows, runs) move every element of every kind of grid or table
-    /// to its place and nothing elsewhere, run on the CPU: the host's C++ compiler
-    /// (build-essential's, C++20) builds their source with the few CUDA names they use stood
-    /// in for (emulate_tiles.cpp), every block's 256 threads meeting at each `__syncthreads`.
-    #[test]
-    fn copy_kernels_move_every_element_emulated_on_the_cpu() {
-        let dir = std::env::temp_dir().join(format!("distrun-tiles-{}", std::process::id()));
+    /// Builds `harness` (a C++ file that `#include`s `kernels`, written beside it as `source`)
+    /// with the host's C++ compiler (build-essential's, C++20) and runs it: its standard output,
+    /// after asserting that it exited 0.
+    pub(super) fn emulated(name: &str, harness: &str, (source, kernels): (&str, &str)) -> String {
+        let dir = std::env::temp_dir().join(format!("distrun-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("a scratch directory");
-        let kernels = [super::TILE_KERNELS, super::KERNELS, super::NESTED_KERNELS].concat();
-        std::fs::write(dir.join("kernels.cu"), kernels).expect("writing the kernels");
-        let main = dir.join("emulate_tiles.cpp");
-        std::fs::write(&main, include_str!("emulate_tiles.cpp")).expect("writing the harness");
-        let exe = dir.join("emulate_tiles");
+        std::fs::write(dir.join(source), kernels).expect("writing the kernels");
+        let main = dir.join(format!("{name}.cpp"));
+        std::fs::write(&main, harness).expect("writing the harness");
+        let exe = dir.join(name);
         let built = std::process::Command::new("c++")
             .args([
                 "-std=c++20",
@@ -3338,8 +3335,23 @@ mod tests {
             .output()
             .expect("the harness runs");
         let _ = std::fs::remove_dir_all(&dir);
-        let out = String::from_utf8_lossy(&ran.stdout);
+        let out = String::from_utf8_lossy(&ran.stdout).into_owned();
         assert!(ran.status.success(), "{out}");
+        out
+    }
+
+    /// The copy kernels (tiles, rows, runs) move every element of every kind of grid or table
+    /// to its place and nothing elsewhere, run on the CPU: the host's C++ compiler builds their
+    /// source with the few CUDA names they use stood in for (emulate_tiles.cpp), every block's
+    /// 256 threads meeting at each `__syncthreads`.
+    #[test]
+    fn copy_kernels_move_every_element_emulated_on_the_cpu() {
+        let kernels = [super::TILE_KERNELS, super::KERNELS, super::NESTED_KERNELS].concat();
+        let out = emulated(
+            "emulate_tiles",
+            include_str!("emulate_tiles.cpp"),
+            ("kernels.cu", &kernels),
+        );
         assert!(
             out.contains("1824 grid copies, 0 elements misplaced"),
             "{out}"
