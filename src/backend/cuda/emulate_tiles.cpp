@@ -8,8 +8,8 @@
 // word, alongside too), and every element must land where the grid says, with nothing written
 // elsewhere (the kernels across in whole destination sectors, copy_grid_<bytes>t, on larger
 // grids too, for their inner tiles, in strips, and three-axis reversals with their grids folded
-// as the host folds them; copy_narrow packing and unpacking short axes, its tile's rows shifted
-// between banks or not; copy_gapped few rows with gaps between grids; copy_ends two short axes,
+// as the host folds them; copy_narrow packing and unpacking short axes (one, or two folded into
+// one), its tile's rows shifted between banks or not; copy_gapped few rows with gaps between grids; copy_ends two short axes,
 // whole grids a tile; copy_nested the grids of four- and five-axis layout changes, nested in
 // levels; copy_rows and copy_runs runs contiguous on both sides from and to every place in a
 // 16-byte word, and strided ones). Exit status 0 when all do.
@@ -371,24 +371,30 @@ static int check_nested(const char* name, const std::array<NestedKernel<E>, 4>& 
 // after another, or with gaps between) and n-element lines `pitch` apart on the other, packing
 // (mode 1) or unpacking (0), with copy_narrow_<bytes>; or (mode 2) from lines of r `step` apart
 // to lines of r `other` apart (both sides packed); `shifted`, the kernel is
-// copy_narrow_shifted_<bytes>. Returns the misplaced elements.
+// copy_narrow_shifted_<bytes>. With `groups` (modes 0 and 1, step r * groups, one batch), the
+// grids are that many groups of r lines packed one after another, as the host folds an [N, a,
+// b] from F to C order: the long lines of a group `pitch` apart, the groups `pitch2`. Returns
+// the misplaced elements.
 template <typename E>
 static int check_narrow(void (*kernel)(const E*, E*, Narrow), unsigned long long r, unsigned long long n,
                         unsigned long long batches, int mode, unsigned long long step, unsigned long long other,
-                        bool shifted = false) {
-    const unsigned long long pitch = mode == 2 ? other : n + 3, packed_size = step * n + 2,
-                             other_size = mode == 2 ? other * n + 5 : r * pitch;
+                        bool shifted = false, unsigned long long groups = 1) {
+    const bool folded = groups > 1;
+    const unsigned long long pitch2 = folded ? n + 3 : 0, pitch = mode == 2 ? other : folded ? groups * pitch2 : n + 3,
+                             packed_size = step * n + 2, other_size = mode == 2 ? other * n + 5 : r * pitch;
     Grid g{};
-    g.batches = batches, g.rows = n, g.count = r;
+    g.batches = folded ? groups : batches, g.rows = n, g.count = r;
     // Lines side: element (b, a) at b + a * pitch (repacking, at b * other + a); packed side:
-    // at b * step + a.
+    // at b * step + a. Folded, the groups' lines pitch2 apart, their packed lines r.
     auto lines = [&](unsigned long long& start, unsigned long long& outer, unsigned long long& along,
                      unsigned long long& stride) {
-        start = 1, outer = other_size;
+        start = 1, outer = folded ? pitch2 : other_size;
         along = mode == 2 ? other : 1, stride = mode == 2 ? 1 : pitch;
     };
     auto packed = [&](unsigned long long& start, unsigned long long& outer, unsigned long long& along,
-                      unsigned long long& stride) { start = 3, outer = packed_size, along = step, stride = 1; };
+                      unsigned long long& stride) {
+        start = 3, outer = folded ? r : packed_size, along = step, stride = 1;
+    };
     if (mode == 1) {
         lines(g.start_s, g.outer_s, g.step_s, g.stride_s);
         packed(g.start_d, g.outer_d, g.step_d, g.stride_d);
@@ -396,24 +402,28 @@ static int check_narrow(void (*kernel)(const E*, E*, Narrow), unsigned long long
         packed(g.start_s, g.outer_s, g.step_s, g.stride_s);
         lines(g.start_d, g.outer_d, g.step_d, g.stride_d);
     }
-    const size_t n_s = g.start_s + batches * g.outer_s + 8, n_d = g.start_d + batches * g.outer_d + 8;
+    const size_t n_s = g.start_s + batches * std::max(g.outer_s, packed_size) + other_size + 8,
+                 n_d = g.start_d + batches * std::max(g.outer_d, packed_size) + other_size + 8;
     std::vector<E> src(n_s), dst(n_d);
     for (size_t k = 0; k < n_s; k++) src[k] = value<E>(k);
     std::memset(dst.data(), 0xa5, n_d * sizeof(E));
     // The host's dividers and stretch (src/backend/cuda/narrow.rs).
-    const unsigned long long word = 16 / sizeof(E), most = 16 * (2048 / sizeof(E) + word) / r - word;
+    const unsigned long long lines_all = r * groups, word = 16 / sizeof(E),
+                             most = 16 * (2048 / sizeof(E) + word) / lines_all - word;
     const unsigned long long log_c = std::min(63 - __builtin_clzll(most), 63 - __builtin_clzll(2048 / sizeof(E)));
     const auto [mul, shift] = divider(step);
     const auto [mul_o, shift_o] = mode == 2 ? divider(other) : std::pair{0ull, 0ull};
-    Narrow a{3, 1, packed_size, other_size, batches, r, n, pitch, step, mul, shift, log_c, (unsigned long long)mode,
-             mul_o, shift_o};
+    const auto [mul_f, shift_f] = divider(r);
+    const auto u = [](unsigned long long v) { return (unsigned int)v; };
+    Narrow a{3, 1, folded ? 0 : packed_size, folded ? 0 : other_size, batches, n, pitch, pitch2, u(lines_all), u(step),
+             u(r), u(mul), u(shift), u(log_c), u(mode), u(mul_o), u(shift_o), u(mul_f), u(shift_f)};
     const unsigned long long stretch = 1ull << log_c;
     launch({(unsigned)((n + stretch - 1) / stretch), (unsigned)batches, 1}, [&] { kernel(src.data(), dst.data(), a); },
            true);
     const int bad = misplaced(g, src.data(), dst.data(), n_d);
     if (bad)
-        std::printf("copy_narrow_%s%zu: r %llu (step %llu, other %llu), n %llu, %llu grids, mode %d: %d misplaced\n",
-                    shifted ? "shifted_" : "", sizeof(E), r, step, other, n, batches, mode, bad);
+        std::printf("copy_narrow_%s%zu: r %llu x %llu (step %llu, other %llu), n %llu, %llu grids, mode %d: %d misplaced\n",
+                    shifted ? "shifted_" : "", sizeof(E), r, groups, step, other, n, batches, mode, bad);
     return bad;
 }
 
@@ -428,6 +438,19 @@ static int check_narrow_all(unsigned long long r, unsigned long long n, unsigned
            check_narrow(copy_narrow_16, r, n, batches, mode, step, other) +
            check_narrow(copy_narrow_shifted_1, r, n, batches, mode, step, other, true) +
            check_narrow(copy_narrow_shifted_2, r, n, batches, mode, step, other, true);
+}
+
+// The same for `groups` groups of r lines folded into one short axis, packing or unpacking,
+// with copy_narrow_folded_<bytes> and copy_narrow_folded_shifted_<bytes>.
+static int check_narrow_folded(unsigned long long r, unsigned long long groups, unsigned long long n, int mode) {
+    const unsigned long long q = r * groups;
+    return check_narrow(copy_narrow_folded_1, r, n, 1, mode, q, 0, false, groups) +
+           check_narrow(copy_narrow_folded_2, r, n, 1, mode, q, 0, false, groups) +
+           check_narrow(copy_narrow_folded_4, r, n, 1, mode, q, 0, false, groups) +
+           check_narrow(copy_narrow_folded_8, r, n, 1, mode, q, 0, false, groups) +
+           check_narrow(copy_narrow_folded_16, r, n, 1, mode, q, 0, false, groups) +
+           check_narrow(copy_narrow_folded_shifted_1, r, n, 1, mode, q, 0, true, groups) +
+           check_narrow(copy_narrow_folded_shifted_2, r, n, 1, mode, q, 0, true, groups);
 }
 
 // Copies `batches` grids of `rows` short destination lines (step 1), `gap` elements between one
@@ -688,6 +711,14 @@ int main() {
                     bad += check_narrow_all(r, n, 2, mode, step);
                     runs += 7;
                 }
+    // Two short axes folded into one: groups of r lines packed one after another, packing and
+    // unpacking (r x groups up to 15, for the 16-byte kernel's tiles).
+    for (auto [r, groups] : {std::pair{2ull, 2ull}, std::pair{3ull, 5ull}, std::pair{4ull, 3ull}, std::pair{5ull, 3ull}})
+        for (unsigned long long n : {5ull, 2500ull})
+            for (int mode : {0, 1}) {
+                bad += check_narrow_folded(r, groups, n, mode);
+                runs += 7;
+            }
     // Both sides packed: rows of r from lines `step` apart to lines `other` apart (an exchange's
     // pack of a few columns), gaps on either side or both.
     for (unsigned long long r : {2ull, 3ull, 20ull})

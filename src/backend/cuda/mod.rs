@@ -865,15 +865,36 @@ COPY_ACROSS(4tc, 4, 2, FOLD_COLS, false, COMMA 5)
 // 16-byte boundary, so that the line's words are the tile's. Where both sides pack the short
 // axis (mode 2: an exchange's pack of short rows, up to 256 bytes, from a wider array), the
 // destination's lines `pitch` apart are its packed lines with gaps between (the divider mul_o,
-// shift_o for pitch), and every h_j is 0.
+// shift_o for pitch), and every h_j is 0. The short axis may be two folded into one (an [N, a,
+// b] from F to C order packs a * b elements, its lines of N two axes apart): line j then lies
+// (j % fold) * pitch + (j / fold) * pitch2 from line 0 (mul_f, shift_f the divider for fold; fold
+// r where nothing is folded).
+// (Its small fields are 32 bits: NVRTC addressed a larger struct, of 152 bytes, in parameter
+// space where it keeps this one's fields in registers, and unrolled less.)
 struct Narrow {
     unsigned long long packed, lines;  // grid 0's first element on each side
     unsigned long long outer_p, outer_l, batches;  // from grid to grid (elements), the grids
-    unsigned long long r, n, pitch, q;  // the short axis, the long axis, the long lines' step,
-                                        // the packed lines' step
-    unsigned long long mul, shift, log_c;
-    unsigned long long mode;  // 0 unpacking (the source packs), 1 packing, 2 both packed
-    unsigned long long mul_o, shift_o;
+    unsigned long long n, pitch, pitch2;  // the long axis, the long lines' step, the groups'
+    unsigned int r, q, fold;  // the short axis, the packed lines' step, the long lines a group
+    unsigned int mul, shift, log_c;
+    unsigned int mode;  // 0 unpacking (the source packs), 1 packing, 2 both packed
+    unsigned int mul_o, shift_o;
+    unsigned int mul_f, shift_f;
+};
+
+// Where a narrow grid's long lines lie: line j at (j % fold) * pitch + (j / fold) * pitch2 from
+// line 0 (the divider mul, shift for fold) where the kernel folds (F), else j * pitch.
+template <bool F>
+struct Folds {
+    unsigned int fold, mul, shift;
+    unsigned long long pitch, pitch2;
+    __device__ __forceinline__ unsigned int group(unsigned int j) const {
+        return F ? __umulhi(j, mul) >> shift : 0;
+    }
+    __device__ __forceinline__ unsigned long long at(unsigned int j) const {
+        const unsigned int g = group(j);
+        return (j - g * fold) * pitch + g * pitch2;
+    }
 };
 
 // The elements of T in a 16-byte word, those of `x` past the last 16-byte boundary, and where
@@ -896,14 +917,14 @@ struct Words {
 // The long lines' side: `cols` elements of r lines from g, `pitch` apart, to the tile's rows
 // (LOAD) or back. Each thread takes a row's word (the row's words in turn, then the next
 // row's); a word a line's ends cut moves element by element.
-template <typename T, bool LOAD, bool S>
-__device__ __forceinline__ void narrow_lines(T* g, unsigned long long pitch, T* tile,
-                                             unsigned int P, unsigned int r, unsigned int cols) {
+template <typename T, bool LOAD, bool S, bool F>
+__device__ __forceinline__ void narrow_lines(T* g, const Folds<F>& f, T* tile, unsigned int P,
+                                             unsigned int r, unsigned int cols) {
     constexpr unsigned int V = Words<T>::V;
     const unsigned int per = P / V;
     unsigned int j = threadIdx.x / per, q = threadIdx.x - j * per;
     while (j < r) {
-        T* line = g + j * pitch;
+        T* line = g + f.at(j);
         const int c0 = (int)(q * V) - (int)Words<T>::skew(line);
         T* t = tile + Words<T>::template row<S>(j, P) + q * V;
         if (c0 >= 0 && c0 + (int)V <= (int)cols) {
@@ -925,27 +946,41 @@ __device__ __forceinline__ void narrow_lines(T* g, unsigned long long pitch, T* 
 
 // The packed side: the stretch's `all` elements from x to the tile (LOAD) or back, a 16-byte
 // word a thread, gaps skipped: lines q apart (mul and shift the divider for q). h0 is line 0's
-// skew, hp the pitch's (line j's is h0 + j * hp, mod V).
-template <typename T, bool LOAD, bool S>
+// skew; line j's is h0 + (j % fold) * pitch + (j / fold) * pitch2, mod V (`f`; both pitches 0
+// where the lines' skews do not matter).
+template <typename T, bool LOAD, bool S, bool F>
 __device__ __forceinline__ void narrow_packed(T* x, unsigned int all, T* tile, unsigned int P,
                                               unsigned int r, unsigned int q, unsigned int mul,
                                               unsigned int shift, unsigned int h0,
-                                              unsigned int hp) {
+                                              const Folds<F>& f) {
     constexpr unsigned int V = Words<T>::V;
     union Word { uint4 v; T e[V]; };
     const unsigned int H = Words<T>::skew(x), words = (all + H + V - 1) / V;
+    const unsigned int hp = (unsigned int)f.pitch & (V - 1), hg = (unsigned int)f.pitch2 & (V - 1);
+    // From a group's last line to the next group's first.
+    const unsigned int hq = (hg - (f.fold - 1) * hp) & (V - 1);
     for (unsigned int w = threadIdx.x; w < words; w += blockDim.x) {
         const int e0 = (int)(w * V) - (int)H;
         const unsigned int first = e0 < 0 ? 0u : (unsigned int)e0;
-        // The element's line j (a gap from r on) and column c, and the line's skew h: the next
-        // element's follow.
-        unsigned int c = __umulhi(first, mul) >> shift, j = first - c * q;
-        unsigned int h = (h0 + j * hp) & (V - 1);
+        // The element's line j (a gap from r on), its place in its group k, and column c, and
+        // the line's skew h: the next element's follow.
+        unsigned int c = __umulhi(first, mul) >> shift, j = first - c * q, k = 0, h;
+        if (F) {
+            const unsigned int g = f.group(j);
+            k = j - g * f.fold;
+            h = (h0 + k * hp + g * hg) & (V - 1);
+        } else {
+            h = (h0 + j * hp) & (V - 1);
+        }
         auto next = [&] {
             if (++j == q) {
                 j = 0;
                 c++;
                 h = h0;
+                if (F) k = 0;
+            } else if (F && ++k == f.fold) {
+                k = 0;
+                h = (h + hq) & (V - 1);
             } else {
                 h = (h + hp) & (V - 1);
             }
@@ -977,7 +1012,7 @@ __device__ __forceinline__ void narrow_packed(T* x, unsigned int all, T* tile, u
     }
 }
 
-template <typename T, bool S>
+template <typename T, bool S, bool F>
 __device__ __forceinline__ void narrow_in(const T* s, T* d, const Narrow& a, T* tile) {
     constexpr unsigned int V = Words<T>::V;
     const unsigned int C = 1u << a.log_c, P = C + V;
@@ -990,40 +1025,48 @@ __device__ __forceinline__ void narrow_in(const T* s, T* d, const Narrow& a, T* 
     const unsigned int q = (unsigned int)a.q, mul = (unsigned int)a.mul, shift = (unsigned int)a.shift;
     // The stretch: from line 0's first element to line r - 1's last.
     const unsigned int all = (cols - 1) * q + r;
-    if (a.mode == 2) {
+    const Folds<F> f{(unsigned int)a.fold, (unsigned int)a.mul_f, (unsigned int)a.shift_f,
+                     a.pitch, a.pitch2};
+    if (!F && a.mode == 2) {
         const unsigned int qd = (unsigned int)a.pitch;
-        narrow_packed<T, true, S>(packed, all, tile, P, r, q, mul, shift, 0, 0);
+        const Folds<F> none{f.fold, f.mul, f.shift, 0, 0};
+        narrow_packed<T, true, S, F>(packed, all, tile, P, r, q, mul, shift, 0, none);
         __syncthreads();
-        narrow_packed<T, false, S>(d + a.lines + p * a.outer_l + b0 * qd, (cols - 1) * qd + r,
-                                   tile, P, r, qd, (unsigned int)a.mul_o,
-                                   (unsigned int)a.shift_o, 0, 0);
+        narrow_packed<T, false, S, F>(d + a.lines + p * a.outer_l + b0 * qd, (cols - 1) * qd + r,
+                                      tile, P, r, qd, (unsigned int)a.mul_o,
+                                      (unsigned int)a.shift_o, 0, none);
         return;
     }
     T* lines = (pack ? from : d) + a.lines + p * a.outer_l + b0;
-    const unsigned int h0 = Words<T>::skew(lines), hp = (unsigned int)a.pitch & (V - 1);
+    const unsigned int h0 = Words<T>::skew(lines);
     if (pack) {
-        narrow_lines<T, true, S>(lines, a.pitch, tile, P, r, cols);
+        narrow_lines<T, true, S, F>(lines, f, tile, P, r, cols);
         __syncthreads();
-        narrow_packed<T, false, S>(packed, all, tile, P, r, q, mul, shift, h0, hp);
+        narrow_packed<T, false, S, F>(packed, all, tile, P, r, q, mul, shift, h0, f);
     } else {
-        narrow_packed<T, true, S>(packed, all, tile, P, r, q, mul, shift, h0, hp);
+        narrow_packed<T, true, S, F>(packed, all, tile, P, r, q, mul, shift, h0, f);
         __syncthreads();
-        narrow_lines<T, false, S>(lines, a.pitch, tile, P, r, cols);
+        narrow_lines<T, false, S, F>(lines, f, tile, P, r, cols);
     }
 }
 
 // The tile's rows unshifted (copy_narrow_<bytes>) or shifted between banks
-// (copy_narrow_shifted_<bytes>, 1- and 2-byte elements: 16 words more for the shifts).
-template <typename T>
-__device__ __forceinline__ void narrow(const T* s, T* d, const Narrow& a) {
-    __shared__ __align__(16) T tile[16 * (2048 / sizeof(T) + Words<T>::V)];
-    narrow_in<T, false>(s, d, a, tile);
+// (copy_narrow_shifted_<bytes>, 1- and 2-byte elements: 16 words more for the shifts); the
+// short axis two folded into one (copy_narrow_folded_<bytes>, copy_narrow_folded_shifted_<bytes>).
+template <typename T, bool S, bool F>
+__device__ __forceinline__ void narrow_tiled(const T* s, T* d, const Narrow& a) {
+    __shared__ __align__(16) T tile[16 * (2048 / sizeof(T) + Words<T>::V) + (S ? 16 * Words<T>::V : 0)];
+    narrow_in<T, S, F>(s, d, a, tile);
 }
-template <typename T>
-__device__ __forceinline__ void narrow_shifted(const T* s, T* d, const Narrow& a) {
-    __shared__ __align__(16) T tile[16 * (2048 / sizeof(T) + Words<T>::V) + 16 * Words<T>::V];
-    narrow_in<T, true>(s, d, a, tile);
-}
+#define NARROW(FN, S, F)                                                                       \
+    template <typename T>                                                                      \
+    __device__ __forceinline__ void FN(const T* s, T* d, const Narrow& a) {                    \
+        narrow_tiled<T, S, F>(s, d, a);                                                        \
+    }
+NARROW(narrow, false, false)
+NARROW(narrow_shifted, true, false)
+NARROW(narrow_folded, false, true)
+NARROW(narrow_folded_shifted, true, true)
 
 // NAME_<bytes> for elements of 1, 2, 4, 8 and 16 bytes: FN<T>(s, d, a), `a` an A by value.
 #define BY_SIZE_ONE(NAME, FN, A, BYTES, T)                                                       \
@@ -1039,6 +1082,9 @@ __device__ __forceinline__ void narrow_shifted(const T* s, T* d, const Narrow& a
 BY_SIZE(copy_narrow, narrow, Narrow)
 BY_SIZE_ONE(copy_narrow_shifted, narrow_shifted, Narrow, 1, unsigned char)
 BY_SIZE_ONE(copy_narrow_shifted, narrow_shifted, Narrow, 2, unsigned short)
+BY_SIZE(copy_narrow_folded, narrow_folded, Narrow)
+BY_SIZE_ONE(copy_narrow_folded_shifted, narrow_folded_shifted, Narrow, 1, unsigned char)
+BY_SIZE_ONE(copy_narrow_folded_shifted, narrow_folded_shifted, Narrow, 2, unsigned short)
 
 // A batch of grids whose few rows are short destination lines (step 1) with gaps between grids
 // (the destination's outer step more than the rows), read along the runs' elements (source
@@ -1322,8 +1368,9 @@ fn nested_tiles(g: &RunGrid, elem: usize, ptrs: (u64, u64)) -> (nested::Folded, 
 /// folded ([`nested_tiles`]): a short axis at one end taken with the middle one that continues
 /// it, where that at least doubles the share of its square tiles the grid fills, and the
 /// other kernels' tiles (in words) would stand mostly empty: less than [`FOLD_FILL_WORDS`]
-/// full where the folded grid moves in words, [`FOLD_FILL_ELEMENTS`] where it moves one
-/// element at a time. Where the across kernels sweep the rows into long lines (`rows_swept`)
+/// full where the folded grid moves in words (16-byte elements always do: c128 [65536, 5, 8]
+/// to C order, tiles 25% full, 0.033 -> 0.025 ms folded), [`FOLD_FILL_ELEMENTS`] where it moves
+/// one element at a time. Where the across kernels sweep the rows into long lines (`rows_swept`)
 /// they stay, but for folded words of 1, 4 or 8 bytes. On an H200 (bench/RESULTS.md,
 /// 2026-11-29 twenty-fifth session): c64 [2, 933, 2721] from F to C order 0.228 -> 0.035 ms,
 /// u8 [5, 32, 32768] to F 0.128 -> 0.011, u8 [8, 1024, 1168] to C (swept) 0.091 -> 0.011, f64
@@ -1348,7 +1395,8 @@ fn folded_tiles(
     }
     let (folded, wide) = nested_tiles(g, elem, ptrs);
     let fill = folded.fill(if wide { words } else { 32 });
-    let (most, swept_stays) = if wide {
+    // (16-byte elements are words themselves: a tile of them moves in words either way.)
+    let (most, swept_stays) = if wide || elem == 16 {
         (FOLD_FILL_WORDS, elem == 2)
     } else {
         (FOLD_FILL_ELEMENTS, true)
@@ -1639,6 +1687,10 @@ struct Kernels {
     /// copy_narrow_shifted_<bytes> for elements of 1 and 2 bytes: the same, the tile's rows
     /// shifted between banks.
     copy_narrow_shifted: [CudaFunction; 2],
+    /// copy_narrow_folded_<bytes> and copy_narrow_folded_shifted_<bytes>: the same, the short
+    /// axis two folded into one.
+    copy_narrow_folded: [CudaFunction; 5],
+    copy_narrow_folded_shifted: [CudaFunction; 2],
     /// copy_gapped_<bytes> for elements of 1, 2, 4, 8 and 16 bytes: few rows with gaps between
     /// grids (see `gapped_rows`).
     copy_gapped: [CudaFunction; 5],
@@ -1710,6 +1762,11 @@ impl Kernels {
             copy_narrow_shifted: [
                 module.load_function("copy_narrow_shifted_1")?,
                 module.load_function("copy_narrow_shifted_2")?,
+            ],
+            copy_narrow_folded: sizes("copy_narrow_folded")?,
+            copy_narrow_folded_shifted: [
+                module.load_function("copy_narrow_folded_shifted_1")?,
+                module.load_function("copy_narrow_folded_shifted_2")?,
             ],
             copy_gapped: sizes("copy_gapped")?,
             copy_ends: sizes("copy_ends")?,
@@ -2296,10 +2353,12 @@ impl<'a> Cuda<'a> {
         };
         let arg = narrow.arg();
         let at = elem.trailing_zeros() as usize;
-        let kernel = if narrow.shifted() {
-            &self.kernels.copy_narrow_shifted[at]
-        } else {
-            &self.kernels.copy_narrow[at]
+        let k = &self.kernels;
+        let kernel = match (narrow.folded(), narrow.shifted()) {
+            (false, false) => &k.copy_narrow[at],
+            (false, true) => &k.copy_narrow_shifted[at],
+            (true, false) => &k.copy_narrow_folded[at],
+            (true, true) => &k.copy_narrow_folded_shifted[at],
         };
         let mut launch = stream.launch_builder(kernel);
         launch.arg(&src).arg(&dst).arg(&arg);
@@ -3353,7 +3412,7 @@ mod tests {
             ("kernels.cu", &kernels),
         );
         assert!(
-            out.contains("1824 grid copies, 0 elements misplaced"),
+            out.contains("1936 grid copies, 0 elements misplaced"),
             "{out}"
         );
     }

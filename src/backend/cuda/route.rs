@@ -349,25 +349,55 @@ mod tests {
         assert!(matches!(&r[..], [(_, _, Route::Table { .. })]), "{r:?}");
     }
 
+    /// The tile kernel of a one-rank layout change of `shape` to `to` (from the other layout).
+    fn kernel(shape: &[u64], elem: usize, to: Layout) -> TileKernel {
+        let from = to.other();
+        let d = Distribution::Slab(Axis::Index(0));
+        let side = |layout| Side {
+            dist: &d,
+            shape,
+            layout,
+        };
+        let ex = plan(side(from), &side(to), 1, 0);
+        let [(_, _, Route::Tiles(g))] = &routes(&ex.local, elem)[..] else {
+            panic!("{shape:?}: {:?}", routes(&ex.local, elem));
+        };
+        TileKernel::of(g, elem, (0, 0))
+    }
+
+    #[test]
+    fn two_short_axes_at_one_end_pack_as_one() {
+        // [N, a, b] to C order packs a x b elements after each element of the N: grid by grid
+        // (each of the a a grid) it would leave gaps (u8 [16777216, 3, 5] to C order 8% of the
+        // copy bandwidth on an H200); folded, the narrow kernels pack a x b lines whole.
+        for (shape, elem, to, lines) in [
+            (&[16777216, 3, 5][..], 1, Layout::C, (15, 5)),
+            (&[1011148, 4, 4], 8, Layout::C, (16, 4)),
+            (&[262144, 4, 7], 4, Layout::C, (28, 7)),
+            (&[100000, 3, 3], 8, Layout::F, (9, 3)),
+            (&[50000, 2, 7], 16, Layout::C, (14, 7)),
+            (&[3, 3, 70001], 2, Layout::F, (9, 3)),
+        ] {
+            let k = kernel(shape, elem, to);
+            let TileKernel::Narrow(narrow) = &k else {
+                panic!("{shape:?}: {k:?}");
+            };
+            assert_eq!(narrow.lines(), lines, "{shape:?}");
+        }
+        // Too many lines for a narrow tile (16-byte elements up to 15): c128 [65536, 5, 8] goes
+        // to the square tiles, folded (rows of 40).
+        let k = kernel(&[65536, 5, 8], 16, Layout::C);
+        let TileKernel::Nested { folded, .. } = &k else {
+            panic!("{k:?}");
+        };
+        assert_eq!(folded.folds(), 1);
+    }
+
     #[test]
     fn three_axis_changes_with_a_short_end_axis_take_it_folded() {
         // A short axis at one end leaves the square tiles mostly empty (c64 [2, 933, 2721] to
         // C order 11% of the copy bandwidth on an H200): folded with the middle axis it fills
         // them, in the nested kernels.
-        let kernel = |shape: &[u64], elem, to: Layout| {
-            let from = to.other();
-            let d = Distribution::Slab(Axis::Index(0));
-            let side = |layout| Side {
-                dist: &d,
-                shape,
-                layout,
-            };
-            let ex = plan(side(from), &side(to), 1, 0);
-            let [(_, _, Route::Tiles(g))] = &routes(&ex.local, elem)[..] else {
-                panic!("{shape:?}: {:?}", routes(&ex.local, elem));
-            };
-            TileKernel::of(g, elem, (0, 0))
-        };
         for (shape, elem, to) in [
             (&[2, 933, 2721][..], 8, Layout::C),
             (&[5, 32, 32768], 1, Layout::F),
