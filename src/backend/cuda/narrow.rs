@@ -90,6 +90,36 @@ impl Narrow {
         (self.r, self.fold)
     }
 
+    /// Every element the kernels move, as (source, destination), by their contract: of grid p,
+    /// element i of packed line j at `i * step + j` on the packed side, and on the other at
+    /// `(j % fold) * pitch + (j / fold) * pitch2 + i` (repacking, `i * pitch + j`).
+    #[cfg(test)]
+    pub(super) fn places(&self) -> Vec<(usize, usize)> {
+        let mut out = Vec::new();
+        for p in 0..self.batches {
+            let (x, y) = (
+                self.starts.0 + p * self.outer.0,
+                self.starts.1 + p * self.outer.1,
+            );
+            for i in 0..self.n {
+                for j in 0..self.r {
+                    let packed = x + i * self.step + j;
+                    let other = match self.way {
+                        Way::Repacks => y + i * self.pitch + j,
+                        Way::Packs | Way::Unpacks => {
+                            y + (j % self.fold) * self.pitch + (j / self.fold) * self.pitch2 + i
+                        }
+                    };
+                    out.push(match self.way {
+                        Way::Packs => (other, packed),
+                        Way::Unpacks | Way::Repacks => (packed, other),
+                    });
+                }
+            }
+        }
+        out
+    }
+
     /// Whether the tile's rows shift between banks: `copy_narrow_shifted_<bytes>`.
     pub(super) fn shifted(&self) -> bool {
         self.shifted

@@ -394,6 +394,90 @@ mod tests {
     }
 
     #[test]
+    fn narrow_grids_move_every_element_where_their_runs_say() {
+        // Three-axis layout changes with short axes at either end, one rank's local move and
+        // its exchanges' packs and unpacks between slabs at 1 to 4 ranks: wherever the narrow
+        // kernels take a grid (two short axes folded into one or not), their contract puts
+        // every element where the runs do, and nothing else.
+        let mut taken = [0; 2];
+        for shape in [
+            [97, 3, 5],
+            [40, 4, 4],
+            [3, 3, 101],
+            [64, 2, 7],
+            [5, 60, 3],
+            [33, 6, 2],
+        ] {
+            for (elem, to, (ranks, a, b)) in sizes_layouts_slabs() {
+                let slab = |axis| Distribution::Slab(Axis::Index(axis));
+                let (from_dist, to_dist) = (slab(a), slab(b));
+                for me in 0..ranks {
+                    let ex = plan(
+                        Side {
+                            dist: &from_dist,
+                            shape: &shape,
+                            layout: to.other(),
+                        },
+                        &Side {
+                            dist: &to_dist,
+                            shape: &shape,
+                            layout: to,
+                        },
+                        ranks,
+                        me,
+                    );
+                    for runs in [&ex.local, &ex.pack, &ex.unpack] {
+                        for (range, _, route) in routes(runs, elem) {
+                            let Route::Tiles(g) = route else { continue };
+                            let TileKernel::Narrow(narrow) = TileKernel::of(&g, elem, (0, 0))
+                            else {
+                                continue;
+                            };
+                            let mut want: Vec<(usize, usize)> = (runs[range].iter())
+                                .flat_map(|r| {
+                                    (0..r.count).map(move |i| {
+                                        (r.src + i * r.src_stride, r.dst + i * r.dst_stride)
+                                    })
+                                })
+                                .collect();
+                            let mut got = narrow.places();
+                            want.sort_unstable();
+                            got.sort_unstable();
+                            assert!(
+                                got == want,
+                                "{shape:?} x {elem} to {to:?}, {ranks} ranks: {narrow:?}"
+                            );
+                            taken[usize::from(narrow.folded())] += 1;
+                        }
+                    }
+                }
+            }
+        }
+        // (Both kinds were met: the folded ones in local moves at 1 to 4 ranks and in unpacks.)
+        assert!(taken[0] > 1000 && taken[1] > 200, "{taken:?}");
+    }
+
+    /// Element sizes, layouts, and (ranks, slab axis from, slab axis to), every combination.
+    fn sizes_layouts_slabs() -> Vec<(usize, Layout, (u64, u8, u8))> {
+        let mut all = Vec::new();
+        for elem in [1, 2, 4, 8, 16] {
+            for to in [Layout::C, Layout::F] {
+                for dist in [
+                    (1, 0, 0),
+                    (2, 0, 1),
+                    (3, 0, 2),
+                    (4, 1, 0),
+                    (3, 2, 0),
+                    (2, 2, 1),
+                ] {
+                    all.push((elem, to, dist));
+                }
+            }
+        }
+        all
+    }
+
+    #[test]
     fn three_axis_changes_with_a_short_end_axis_take_it_folded() {
         // A short axis at one end leaves the square tiles mostly empty (c64 [2, 933, 2721] to
         // C order 11% of the copy bandwidth on an H200): folded with the middle axis it fills
