@@ -194,14 +194,8 @@ pub(super) fn divider(per: u64) -> (u64, u64) {
 #[cfg(test)]
 mod tests {
     use super::{Fold, Sweep, divider};
-    use crate::backend::cuda::tests::transpose;
-    use crate::backend::work::{self, Run, RunGrid};
-
-    /// The grids of an [I, J, K] tensor from C to F order, as a redistribution lists its runs:
-    /// one a source line along K.
-    fn reversal(shape: [usize; 3]) -> RunGrid {
-        RunGrid::of(&work::reversal(&shape)).expect("grids")
-    }
+    use crate::backend::cuda::tests::{reversal, transpose};
+    use crate::backend::work::{Run, RunGrid};
 
     #[test]
     fn only_large_grids_of_narrow_elements_across_move_in_whole_sectors() {
@@ -233,16 +227,16 @@ mod tests {
     fn a_reversal_sweeps_its_grids_as_one_along_the_axis_that_wastes_least() {
         // Few lines (129) a grid: the grids' lines follow one another, in 516 bands of 256
         // rather than 1023 bands with 129 lines of 256 each.
-        let few = Sweep::of(&reversal([129, 1023, 2049]), 1, false).expect("across");
+        let few = Sweep::of(&reversal(&[129, 1023, 2049]), 1, false).expect("across");
         assert_eq!((few.fold, few.blocks()), (Fold::Rows, [17, 516, 1]));
         // Short lines (129 bytes): each continues the last grid's, 1031 tiles along them
         // rather than 2 a grid (the second holding one byte).
-        let short = Sweep::of(&reversal([2049, 1023, 129]), 1, false).expect("across");
+        let short = Sweep::of(&reversal(&[2049, 1023, 129]), 1, false).expect("across");
         assert_eq!((short.fold, short.blocks()), (Fold::Cols, [1031, 9, 1]));
         // Short lines in a fifth fewer blocks, across the grids: rows folded rather.
-        let f16 = Sweep::of(&reversal([1023, 511, 257]), 2, false).expect("across");
+        let f16 = Sweep::of(&reversal(&[1023, 511, 257]), 2, false).expect("across");
         assert_eq!((f16.fold, f16.blocks()), (Fold::Rows, [5, 8169, 1]));
-        let f16 = Sweep::of(&reversal([257, 511, 1023]), 2, false).expect("across");
+        let f16 = Sweep::of(&reversal(&[257, 511, 1023]), 2, false).expect("across");
         assert_eq!((f16.fold, f16.blocks()), (Fold::Rows, [16, 2053, 1]));
         // The kernel's view: folded rows wrap at each grid's lines (257); each grid starts
         // 1023 elements on in the source, where its lines' steps (511 x 1023) would reach
@@ -259,18 +253,18 @@ mod tests {
         // kernels' tiles would stand mostly empty: f32 [7, 2049, 4097] (tiles of 64 holding 7
         // lines), u8 [8, 2048, 4096] in words; not f32 [1023, 511, 257] or [129, 1023, 1025]
         // (tiles 80% and 63% full) or an aligned u8 16384 x 16384.
-        let f32 = Sweep::of(&reversal([7, 2049, 4097]), 4, false).expect("folded");
+        let f32 = Sweep::of(&reversal(&[7, 2049, 4097]), 4, false).expect("folded");
         assert_eq!((f32.fold, f32.blocks()), (Fold::Rows, [129, 225, 1]));
-        let words = Sweep::of(&reversal([8, 2048, 4096]), 1, true).expect("folded");
+        let words = Sweep::of(&reversal(&[8, 2048, 4096]), 1, true).expect("folded");
         assert_eq!((words.fold, words.blocks()), (Fold::Rows, [32, 65, 1]));
-        assert!(Sweep::of(&reversal([1023, 511, 257]), 4, false).is_none());
-        assert!(Sweep::of(&reversal([129, 1023, 1025]), 4, false).is_none());
+        assert!(Sweep::of(&reversal(&[1023, 511, 257]), 4, false).is_none());
+        assert!(Sweep::of(&reversal(&[129, 1023, 1025]), 4, false).is_none());
         assert!(Sweep::of(&transpose(16384, 16384, 0), 1, true).is_none());
         // Under 32 MiB too (the pieces an exchange packs), but not in fewer than 512 blocks.
-        let small = Sweep::of(&reversal([8, 1024, 2048]), 1, true).expect("folded");
+        let small = Sweep::of(&reversal(&[8, 1024, 2048]), 1, true).expect("folded");
         assert_eq!((small.fold, small.blocks()), (Fold::Rows, [16, 33, 1]));
-        assert!(super::shifted_words(&reversal([8, 1024, 256]), 1));
-        assert!(Sweep::of(&reversal([8, 1024, 256]), 1, true).is_none());
+        assert!(super::shifted_words(&reversal(&[8, 1024, 256]), 1));
+        assert!(Sweep::of(&reversal(&[8, 1024, 256]), 1, true).is_none());
         // Grids that continue neither way launch apart (a transpose of each of 3 planes, each
         // plane's lines padded by one element on both sides).
         let runs: Vec<Run> = (0..3 * 4097)

@@ -102,18 +102,14 @@ unsafe impl cudarc::driver::DeviceRepr for EndsArg {}
 #[cfg(test)]
 mod tests {
     use super::Ends;
-    use crate::backend::work::{self, RunGrid};
-
-    /// The grid of a C-order `shape`'s change to F order, as a redistribution lists its runs.
-    fn reversal(shape: [usize; 3]) -> RunGrid {
-        RunGrid::of(&work::reversal(&shape)).expect("a grid")
-    }
+    use crate::backend::cuda::tests::reversal;
+    use crate::backend::work::RunGrid;
 
     #[test]
     fn both_short_end_axes_take_whole_grids_in_a_tile() {
         // [3, 230013, 16] from C to F order: x a run's elements along 16, y the runs along 3, m
         // the grids.
-        let g = reversal([3, 230013, 16]);
+        let g = reversal(&[3, 230013, 16]);
         let ends = Ends::of(&g, 4).expect("both ends short");
         assert_eq!(
             (ends.x, ends.y, ends.m),
@@ -123,8 +119,8 @@ mod tests {
         assert_eq!(ends.per, 170);
         assert!(ends.launch().grid_dim.0 >= 1024);
         // A long end (a 2-D transpose's axis) or one of a single element: not.
-        assert_eq!(Ends::of(&reversal([3, 2000, 64]), 4), None);
-        assert_eq!(Ends::of(&reversal([1, 2000, 16]), 4), None);
+        assert_eq!(Ends::of(&reversal(&[3, 2000, 64]), 4), None);
+        assert_eq!(Ends::of(&reversal(&[1, 2000, 16]), 4), None);
         // Gaps between the grids on a side: m does not continue its axis.
         let gapped = RunGrid {
             outer: (g.outer.0 + 1, g.outer.1),
@@ -132,9 +128,9 @@ mod tests {
         };
         assert_eq!(Ends::of(&gapped, 4), None);
         // Ends short for bytes (tiles of 128) but not for c128 (tiles of 32).
-        assert!(Ends::of(&reversal([20, 900, 24]), 1).is_some());
-        assert_eq!(Ends::of(&reversal([20, 900, 24]), 16), None);
+        assert!(Ends::of(&reversal(&[20, 900, 24]), 1).is_some());
+        assert_eq!(Ends::of(&reversal(&[20, 900, 24]), 16), None);
         // Few batches: a grid a block.
-        assert_eq!(Ends::of(&reversal([5, 700, 7]), 8).map(|e| e.per), Some(1));
+        assert_eq!(Ends::of(&reversal(&[5, 700, 7]), 8).map(|e| e.per), Some(1));
     }
 }

@@ -3255,6 +3255,12 @@ mod tests {
         RunGrid::of(&runs).expect("a grid")
     }
 
+    /// The grids of a C-order `shape`'s change to F order, as a redistribution lists its runs
+    /// (nested in levels from four axes on).
+    pub(super) fn reversal(shape: &[usize]) -> RunGrid {
+        RunGrid::of(&crate::backend::work::reversal(shape)).expect("grids")
+    }
+
     #[test]
     fn wide_words_need_aligned_lines_on_both_sides() {
         let aligned = (256, 512);
@@ -3284,10 +3290,9 @@ mod tests {
     #[test]
     fn nested_grids_move_in_words_where_their_folded_lines_are_words() {
         use super::nested_tiles;
-        use crate::backend::work::reversal;
         let aligned = (256, 512);
         let tiles = |shape: &[usize], elem| {
-            let g = RunGrid::of(&reversal(shape)).expect("nested grids");
+            let g = reversal(shape);
             let (folded, wide) = nested_tiles(&g, elem, aligned);
             (wide, folded.grid.rows, folded.grid.count)
         };
@@ -3299,7 +3304,7 @@ mod tests {
         // Lines of 33 x 65 f16 are not words: tiles of 32 elements.
         assert_eq!(tiles(&[33, 65, 129, 17], 2), (false, 33, 2193));
         // A buffer off a word takes no words either.
-        let g = RunGrid::of(&reversal(&[70, 30, 50, 40, 9])).expect("nested grids");
+        let g = reversal(&[70, 30, 50, 40, 9]);
         assert!(!nested_tiles(&g, 1, (257, 512)).1);
     }
 
