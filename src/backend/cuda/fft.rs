@@ -201,10 +201,12 @@ pub fn groups(phase: &Phase) -> Vec<Group> {
     let last = seen.shape.len() - 1;
     // A real transform of a last axis of length 1 stands alone (see `Group::one_point`).
     let one_point = seen.real_last == 1;
+    let apart = seen.apart();
+    let ops = apart_aside(&phase.ops, &apart);
     let mut out = Vec::new();
     let mut i = 0;
-    while i < phase.ops.len() {
-        let (axis, first) = axis_of(&phase.ops[i], last);
+    while i < ops.len() {
+        let (axis, first) = axis_of(&ops[i], last);
         if one_point && is_real(first) {
             out.push(Group {
                 transform: first,
@@ -219,14 +221,14 @@ pub fn groups(phase: &Phase) -> Vec<Group> {
             i += 1;
             continue;
         }
-        let axes = run_axes(&phase.ops[i..], last, one_point);
+        let axes = run_axes(&ops[i..], last, one_point, &apart);
         let take = trailing_prefix(&axes, last);
         if take == 0 {
             out.push(strided(first, axis, &seen.shape));
             i += 1;
             continue;
         }
-        out.push(seen.batched(&phase.ops[i..i + take], first, &axes[..take]));
+        out.push(seen.batched(&ops[i..i + take], first, &axes[..take]));
         i += take;
     }
     out
@@ -250,7 +252,7 @@ fn row_groups(phase: &Phase, rows: usize) -> Vec<Group> {
     let mut out = Vec::new();
     let mut i = 0;
     while i < phase.ops.len() {
-        let mut axes = run_axes(&phase.ops[i..], last, one_point);
+        let mut axes = run_axes(&phase.ops[i..], last, one_point, &[]);
         let run = &phase.ops[i..i + axes.len()];
         i += axes.len();
         let first = axis_of(&run[0], last).1;
@@ -324,6 +326,8 @@ struct Seen {
     shape: Vec<usize>,
     /// The real length of the last axis (a c2r's from the op).
     real_last: usize,
+    /// The phase's real transform, if any.
+    real: Option<Transform>,
 }
 
 impl Seen {
@@ -331,7 +335,9 @@ impl Seen {
     fn of(phase: &Phase) -> Self {
         let mut shape = phase.shape.clone();
         let last = shape.len() - 1;
-        let real_last = match phase.ops.iter().find(|o| !matches!(o, AxisOp::C2c { .. })) {
+        let op = phase.ops.iter().find(|o| !matches!(o, AxisOp::C2c { .. }));
+        let real = op.map(|o| axis_of(o, last).1);
+        let real_last = match op {
             Some(AxisOp::R2c) => {
                 let n = shape[last];
                 shape[last] = n / 2 + 1;
@@ -340,7 +346,32 @@ impl Seen {
             Some(AxisOp::C2r { n }) => *n,
             _ => shape[last],
         };
-        Seen { shape, real_last }
+        Seen {
+            shape,
+            real_last,
+            real,
+        }
+    }
+
+    /// For each axis, whether it is planned apart from the phase's other axes: where cuFFT
+    /// would transform it by Bluestein's algorithm (see [`bluestein`]) and it is axis 0 of
+    /// [`LONG_COLUMNS`] points or more with rows of 8 values or more (then run on its columns
+    /// transposed, see [`Group::by_rows`]), or the real axis of a 2-D r2c. cuFFT's
+    /// multi-dimensional plans with such an axis ran 1.1-1.8x slower on an H200 than the plans
+    /// made so (`[471405, 48]` c64 c2c 2.94 against 1.70 ms, r2c f32 `[16384, 4099]` 4.60
+    /// against 2.73), while other Bluestein axes (narrower rows, a 3-D r2c's real axis, inner
+    /// axes) ran as fast or slower planned apart (bench/RESULTS.md, 2026-11-29 twenty-eighth
+    /// session).
+    fn apart(&self) -> Vec<bool> {
+        let last = self.shape.len() - 1;
+        let mut marks = vec![false; last + 1];
+        if last == 0 {
+            return marks;
+        }
+        let row: usize = self.shape[1..].iter().product();
+        marks[0] = self.shape[0] >= LONG_COLUMNS && bluestein(self.shape[0]) && row >= 8;
+        marks[last] = last == 1 && self.real == Some(Transform::R2c) && bluestein(self.real_last);
+        marks
     }
 
     /// The length of the last axis: real (an r2c's input) or complex.
@@ -395,16 +426,22 @@ impl Seen {
 }
 
 /// The axes of the run of transforms that `ops` starts: distinct axes, one direction, an r2c
-/// only first and a c2r only last, no one-point real transform after the first.
-fn run_axes(ops: &[AxisOp], last: usize, one_point: bool) -> Vec<usize> {
+/// only first and a c2r only last, no one-point real transform after the first; an axis
+/// marked `apart` in a run of its own.
+fn run_axes(ops: &[AxisOp], last: usize, one_point: bool, apart: &[bool]) -> Vec<usize> {
     let (axis, first) = axis_of(&ops[0], last);
     let mut axes = vec![axis];
+    let is_apart = |a: usize| apart.get(a) == Some(&true);
+    if is_apart(axis) {
+        return axes;
+    }
     let mut kind = first;
     for op in &ops[1..] {
         let (a, t) = axis_of(op, last);
         // A one-point real transform never joins a run.
         let one_point_real = one_point && is_real(t);
         let ok = !axes.contains(&a)
+            && !is_apart(a)
             && is_inverse(t) == is_inverse(first)
             && !matches!(t, Transform::R2c)
             && !matches!(kind, Transform::C2r)
@@ -418,6 +455,29 @@ fn run_axes(ops: &[AxisOp], last: usize, one_point: bool) -> Vec<usize> {
         }
     }
     axes
+}
+
+/// Whether cuFFT transforms `n` points by Bluestein's algorithm: a prime factor above 127.
+fn bluestein(n: usize) -> bool {
+    let mut rest = n.max(1);
+    for p in 2..=127 {
+        while rest.is_multiple_of(p) {
+            rest /= p;
+        }
+    }
+    rest > 1
+}
+
+/// `ops` with the c2c transforms of the axes planned apart moved out of the others' way (c2c
+/// transforms along different axes commute): first where a c2r comes last, last otherwise,
+/// so that the others make one plan with the real transform.
+fn apart_aside(ops: &[AxisOp], apart: &[bool]) -> Vec<AxisOp> {
+    let is_apart = |o: &AxisOp| matches!(*o, AxisOp::C2c { axis, .. } if apart[axis]);
+    let (moved, kept): (Vec<AxisOp>, Vec<AxisOp>) = ops.iter().partition(|o| is_apart(o));
+    match ops.last() {
+        Some(AxisOp::C2r { .. }) => [moved, kept].concat(),
+        _ => [kept, moved].concat(),
+    }
 }
 
 /// How many of a run's first axes are trailing and contiguous (0: none).
@@ -1218,6 +1278,69 @@ mod tests {
                 }
             )
         );
+    }
+
+    #[test]
+    fn bluestein_lengths_have_a_prime_factor_above_127() {
+        for n in [131, 4099, 8209, 471405, 2 * 131] {
+            assert!(bluestein(n), "{n}");
+        }
+        for n in [1, 2, 127, 127 * 127, 1024, 3 * 5 * 7 * 11 * 13, 1_000_000] {
+            assert!(!bluestein(n), "{n}");
+        }
+    }
+
+    #[test]
+    fn a_long_bluestein_axis_0_is_planned_apart_on_its_rows() {
+        // c2c [8209, 6, 4] (8209 prime): axes 2 and 1 in one plan, then axis 0 by rows.
+        let all = vec![c2c(2, false), c2c(1, false), c2c(0, false)];
+        let g = groups(&phase(&[8209, 6, 4], all.clone()));
+        assert_eq!(g.len(), 2);
+        assert_eq!((g[0].dims.clone(), g[0].batch), (vec![6, 4], 8209));
+        assert!(g[1].by_rows() && g[1].dims == [8209] && g[1].batch == 24);
+        // An r2c whose axis 0 is planned apart: the r2c with axis 1 first, whatever the order.
+        let r2c = vec![AxisOp::R2c, c2c(0, false), c2c(1, false)];
+        let g = groups(&phase(&[8209, 6, 4], r2c));
+        assert_eq!(g.len(), 2);
+        assert_eq!(
+            (g[0].transform, g[0].dims.clone()),
+            (Transform::R2c, vec![6, 4])
+        );
+        assert!(g[1].by_rows() && g[1].batch == 18);
+        // Rows of fewer than 8 values: one plan.
+        assert_eq!(groups(&phase(&[8209, 2, 3], all.clone())).len(), 1);
+        // A c2r: axis 0 first, by rows, then the rest and the c2r in one plan.
+        let c2r = vec![c2c(1, true), c2c(0, true), AxisOp::C2r { n: 7 }];
+        let g = groups(&phase(&[8209, 6, 4], c2r));
+        assert_eq!(g.len(), 2);
+        assert!(g[0].by_rows() && g[0].batch == 24);
+        assert_eq!(g[1].transform, Transform::C2r);
+        assert_eq!((g[1].dims.clone(), g[1].batch), (vec![6, 7], 8209));
+        // Shorter, or smooth: one plan, as before.
+        assert_eq!(groups(&phase(&[4099, 6, 4], all.clone())).len(), 1);
+        assert_eq!(groups(&phase(&[8192 * 3, 6, 4], all)).len(), 1);
+    }
+
+    #[test]
+    fn a_2d_r2c_of_a_bluestein_length_is_planned_apart() {
+        // The r2c of 131 reals on its own, then axis 0 (strided).
+        let ops = vec![AxisOp::R2c, c2c(0, false)];
+        let g = groups(&phase(&[5, 131], ops.clone()));
+        assert_eq!(g.len(), 2);
+        assert_eq!(
+            (g[0].transform, g[0].dims.clone()),
+            (Transform::R2c, vec![131])
+        );
+        assert_eq!(
+            (g[0].batch, g[1].dims.clone(), g[1].stride),
+            (5, vec![5], 66)
+        );
+        plans_compute(&phase(&[5, 131], ops), &[]);
+        // A 3-D r2c, and a 2-D c2c, stay one plan.
+        let ops = vec![AxisOp::R2c, c2c(1, false), c2c(0, false)];
+        assert_eq!(groups(&phase(&[3, 4, 131], ops)).len(), 1);
+        let ops = vec![c2c(1, false), c2c(0, false)];
+        assert_eq!(groups(&phase(&[5, 131], ops)).len(), 1);
     }
 
     #[test]

@@ -118,7 +118,8 @@ pub fn puts_rooms(f: &Fft, input: &TensorState, out: &TensorState, ranks: u64) -
 /// The bytes an FFT on a rank that holds the whole tensor holds beyond its input and result:
 /// the input moved to C order (where it is not, and the transform does not take it as it is),
 /// the result in C order before it moves to its layout, and the CPU's copy of the input and its
-/// working lines in the one local phase.
+/// working lines in the one local phase (as much as the GPU's copy of a c2r's input and its
+/// scratch for a long axis 0 planned apart take: two complex pieces).
 fn whole_workspace(
     step: &Fft,
     input: &TensorState,
@@ -137,5 +138,5 @@ fn whole_workspace(
         true => 0,
         false => piece(&natural) + staged(&natural, out) - piece(out),
     };
-    to_work + back + piece(&work_in) + piece(&natural)
+    to_work + back + piece(&work_in) + piece(&natural).max(piece(&work_in))
 }
