@@ -451,6 +451,19 @@ pub enum AxisOp {
 /// batch by batch on its way to x-slabs.
 pub const LONG_COLUMNS: usize = 8192;
 
+/// Whether a transform of `n` points is one of Bluestein's algorithm: a prime factor above 127.
+/// cuFFT takes such lengths so (the GPU backend plans some of them apart), and so does the CPU
+/// backend (rustfft's planner would take some by Rader's algorithm, which lost precision).
+pub fn bluestein(n: usize) -> bool {
+    let mut rest = n.max(1);
+    for p in 2..=127 {
+        while rest.is_multiple_of(p) {
+            rest /= p;
+        }
+    }
+    rest > 1
+}
+
 /// A local phase: transforms in order on a piece of `shape` (C order, the shape as it enters).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Phase {
@@ -569,7 +582,17 @@ impl<T: ?Sized> Bias<'_, T> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Run, RunGrid, Runs};
+    use super::{Run, RunGrid, Runs, bluestein};
+
+    #[test]
+    fn bluestein_lengths_have_a_prime_factor_above_127() {
+        for n in [131, 4099, 8209, 471405, 2 * 131] {
+            assert!(bluestein(n), "{n}");
+        }
+        for n in [1, 2, 127, 127 * 127, 1024, 3 * 5 * 7 * 11 * 13, 1_000_000] {
+            assert!(!bluestein(n), "{n}");
+        }
+    }
 
     fn run(src: usize, dst: usize, count: usize, strides: (usize, usize)) -> Run {
         Run {

@@ -347,6 +347,13 @@ pub fn dft_axis(x: &[(f64, f64)], shape: &[usize], axis: usize, sign: f64) -> Ve
     let outer: usize = shape[..axis].iter().product();
     let mut out = vec![(0.0, 0.0); x.len()];
     let fast = n >= 64 && n.is_power_of_two();
+    // The direct sum's twiddles, e^(sign 2 pi i m / n) for m = k j mod n.
+    let twiddles: Vec<(f64, f64)> = (0..if fast { 0 } else { n })
+        .map(|m| {
+            let ph = sign * 2.0 * std::f64::consts::PI * m as f64 / n as f64;
+            (ph.cos(), ph.sin())
+        })
+        .collect();
     for o in 0..outer {
         for i in 0..inner {
             if fast {
@@ -361,10 +368,10 @@ pub fn dft_axis(x: &[(f64, f64)], shape: &[usize], axis: usize, sign: f64) -> Ve
             for k in 0..n {
                 let mut s = (0.0, 0.0);
                 for j in 0..n {
-                    let ph = sign * 2.0 * std::f64::consts::PI * ((k * j) % n) as f64 / n as f64;
+                    let (c, si) = twiddles[(k * j) % n];
                     let v = x[(o * n + j) * inner + i];
-                    s.0 += v.0 * ph.cos() - v.1 * ph.sin();
-                    s.1 += v.0 * ph.sin() + v.1 * ph.cos();
+                    s.0 += v.0 * c - v.1 * si;
+                    s.1 += v.0 * si + v.1 * c;
                 }
                 out[(o * n + k) * inner + i] = s;
             }

@@ -597,6 +597,16 @@ impl Gen {
                 if nd == 2 && self.rng.chance(0.15) {
                     shape[0] = 8192;
                 }
+                // Now and then a Bluestein length (a prime factor above 127), which a GPU plans
+                // apart: a long axis 0 under rows of 8 complex values or more, or a 2-D r2c's
+                // real axis.
+                if self.rng.chance(0.06) {
+                    shape = match kind {
+                        "r2c" if self.rng.chance(0.5) => vec![self.rng.range(1, 9), 131],
+                        "r2c" => vec![8209, 16],
+                        _ => vec![8209, 8],
+                    };
+                }
                 let dt = match kind {
                     "r2c" => self.rng.pick(&[Dt::F32, Dt::F64]),
                     _ => self.rng.pick(&[Dt::C64, Dt::C128]),

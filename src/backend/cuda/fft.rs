@@ -4,7 +4,7 @@
 //! (launched once per block of the axes before it). Plans are made on first use and kept.
 
 use super::{Cuda, DevBuf, launch_config};
-use crate::backend::work::{AxisOp, LONG_COLUMNS, Phase, RunGrid};
+use crate::backend::work::{AxisOp, LONG_COLUMNS, Phase, RunGrid, bluestein};
 use crate::spec::tensor::DType;
 use anyhow::{Result, anyhow};
 use cudarc::cufft::{CudaFft, result as cufft, sys};
@@ -354,7 +354,7 @@ impl Seen {
     }
 
     /// For each axis, whether it is planned apart from the phase's other axes: where cuFFT
-    /// would transform it by Bluestein's algorithm (see [`bluestein`]) and it is axis 0 of
+    /// would transform it by Bluestein's algorithm ([`bluestein`]) and it is axis 0 of
     /// [`LONG_COLUMNS`] points or more with rows of 8 values or more (then run on its columns
     /// transposed, see [`Group::by_rows`]), or the real axis of a 2-D r2c. cuFFT's
     /// multi-dimensional plans with such an axis ran 1.1-1.8x slower on an H200 than the plans
@@ -455,17 +455,6 @@ fn run_axes(ops: &[AxisOp], last: usize, one_point: bool, apart: &[bool]) -> Vec
         }
     }
     axes
-}
-
-/// Whether cuFFT transforms `n` points by Bluestein's algorithm: a prime factor above 127.
-fn bluestein(n: usize) -> bool {
-    let mut rest = n.max(1);
-    for p in 2..=127 {
-        while rest.is_multiple_of(p) {
-            rest /= p;
-        }
-    }
-    rest > 1
 }
 
 /// `ops` with the c2c transforms of the axes planned apart moved out of the others' way (c2c
@@ -1278,16 +1267,6 @@ mod tests {
                 }
             )
         );
-    }
-
-    #[test]
-    fn bluestein_lengths_have_a_prime_factor_above_127() {
-        for n in [131, 4099, 8209, 471405, 2 * 131] {
-            assert!(bluestein(n), "{n}");
-        }
-        for n in [1, 2, 127, 127 * 127, 1024, 3 * 5 * 7 * 11 * 13, 1_000_000] {
-            assert!(!bluestein(n), "{n}");
-        }
     }
 
     #[test]
