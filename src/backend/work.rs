@@ -451,9 +451,10 @@ pub enum AxisOp {
 /// batch by batch on its way to x-slabs.
 pub const LONG_COLUMNS: usize = 8192;
 
-/// Whether a transform of `n` points is one of Bluestein's algorithm: a prime factor above 127.
-/// cuFFT takes such lengths so (the GPU backend plans some of them apart), and so does the CPU
-/// backend (rustfft's planner would take some by Rader's algorithm, which lost precision).
+/// Whether `n` points are a Bluestein length: one with a prime factor above 127. cuFFT takes
+/// such lengths by Bluestein's algorithm (the GPU backend plans some of them apart), and so does
+/// the CPU backend (rustfft's planner would take some by Rader's algorithm, which lost
+/// precision).
 pub fn bluestein(n: usize) -> bool {
     let mut rest = n.max(1);
     for p in 2..=127 {
