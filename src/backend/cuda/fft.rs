@@ -1,7 +1,9 @@
 //! Local FFT phases on the GPU through cuFFT. A phase's transforms become as few cuFFT plans as
 //! its axes allow: transforms over a run of trailing axes are one batched multi-dimensional plan
 //! (an r2c or c2r among them included), a transform over an inner axis is one strided plan
-//! (launched once per block of the axes before it). Plans are made on first use and kept.
+//! (launched once per block of the axes before it); an axis of a Bluestein length is planned
+//! apart where cuFFT's joint plan ran slower (`Seen::apart`). Plans are made on first use and
+//! kept.
 
 use super::{Cuda, DevBuf, launch_config};
 use crate::backend::work::{AxisOp, LONG_COLUMNS, Phase, RunGrid, bluestein};
