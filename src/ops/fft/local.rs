@@ -184,6 +184,12 @@ fn complex_fft<T: FftNum>(n: usize, direction: FftDirection) -> Arc<dyn Fft<T>> 
     Arc::new(BluesteinsAlgorithm::new(n, planner.plan_fft(inner, direction)))
 }
 
+/// A line of `fft`'s length and its in-place scratch, for one worker to reuse line after line.
+fn line_and_scratch<T: FftNum + Default>(fft: &dyn Fft<T>) -> (Vec<Complex<T>>, Vec<Complex<T>>) {
+    let zero = Complex::default();
+    (vec![zero; fft.len()], vec![zero; fft.get_inplace_scratch_len()])
+}
+
 /// Real-to-complex FFTs along the last axis (n reals to n / 2 + 1 bins per line): realfft's, or
 /// for a length `complex_fft` takes by Bluestein's algorithm (realfft would plan it or its half
 /// through rustfft's planner), that complex FFT of the reals.
@@ -196,11 +202,16 @@ fn r2c_last<T: FftNum + Default>(real: &[T], shape: &[usize]) -> Vec<Complex<T>>
         let fft = complex_fft::<T>(n, FftDirection::Forward);
         out.par_chunks_mut(m)
             .zip(real.par_chunks(n))
-            .for_each(|(o, r)| {
-                let mut line: Vec<Complex<T>> = r.iter().map(|&v| Complex::new(v, T::zero())).collect();
-                fft.process(&mut line);
-                o.copy_from_slice(&line[..m]);
-            });
+            .for_each_init(
+                || line_and_scratch(&*fft),
+                |(line, scratch), (o, r)| {
+                    for (l, &v) in line.iter_mut().zip(r) {
+                        *l = Complex::new(v, T::zero());
+                    }
+                    fft.process_with_scratch(line, scratch);
+                    o.copy_from_slice(&line[..m]);
+                },
+            );
         return out;
     }
     let fft = RealFftPlanner::<T>::new().plan_fft_forward(n);
@@ -225,23 +236,25 @@ fn c2r_last<T: FftNum + Default>(data: &[Complex<T>], shape: &[usize], n: usize)
         let fft = complex_fft::<T>(n, FftDirection::Inverse);
         out.par_chunks_mut(n)
             .zip(data.par_chunks(m))
-            .for_each(|(o, c)| {
-                let mut line = vec![Complex::default(); n];
-                // Bin k for k <= n / 2 (its imaginary part dropped at 0 and n / 2, as numpy's
-                // irfft reads them), its conjugate at n - k.
-                for k in 0..=n / 2 {
-                    let mut v = c[k];
-                    if k == 0 || 2 * k == n {
-                        v.im = T::zero();
+            .for_each_init(
+                || line_and_scratch(&*fft),
+                |(line, scratch), (o, c)| {
+                    // Bin k for k <= n / 2 (its imaginary part dropped at 0 and n / 2, as
+                    // numpy's irfft reads them), its conjugate at n - k.
+                    for k in 0..=n / 2 {
+                        let mut v = c[k];
+                        if k == 0 || 2 * k == n {
+                            v.im = T::zero();
+                        }
+                        line[k] = v;
+                        line[(n - k) % n] = v.conj();
                     }
-                    line[k] = v;
-                    line[(n - k) % n] = v.conj();
-                }
-                fft.process(&mut line);
-                for (r, v) in o.iter_mut().zip(&line) {
-                    *r = v.re;
-                }
-            });
+                    fft.process_with_scratch(line, scratch);
+                    for (r, v) in o.iter_mut().zip(line.iter()) {
+                        *r = v.re;
+                    }
+                },
+            );
         return out;
     }
     let fft = RealFftPlanner::<T>::new().plan_fft_inverse(n);
